@@ -1,0 +1,1 @@
+"""Backends that need nothing but torch, registered as built-in plugins."""

@@ -1,0 +1,1 @@
+"""torchkiln_cudagraphs: the cudagraphs backend plugin."""

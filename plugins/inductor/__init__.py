@@ -1,0 +1,1 @@
+"""torchkiln_inductor: the inductor backend plugin."""

@@ -1,0 +1,1 @@
+"""torchkiln_onnxrt: the onnxrt backend plugin."""

@@ -1,0 +1,1 @@
+"""torchkiln_openvino: the openvino backend plugin."""

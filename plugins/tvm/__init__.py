@@ -1,0 +1,1 @@
+"""torchkiln_tvm: the tvm backend plugin."""
