@@ -9,6 +9,7 @@ Capture is the core, backends are plugins::
 
 from torchkiln import config, exc
 from torchkiln.api import CompiledModule, compile
+from torchkiln.capture import counters, explain, reset
 from torchkiln.plugin import Backend, Option, Requirement
 from torchkiln.registry import list_backends, register_backend
 
@@ -19,7 +20,10 @@ __all__ = [
     "Requirement",
     "compile",
     "config",
+    "counters",
     "exc",
+    "explain",
     "list_backends",
     "register_backend",
+    "reset",
 ]

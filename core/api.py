@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from torchkiln import config
 from torchkiln.exc import BackendCompilerFailed, InvalidOptionError, NotImplementedYet
 from torchkiln.plugin import MODES, Backend

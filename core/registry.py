@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, overload
 
 import pluggy
+
 from torchkiln import hookspecs
 from torchkiln.exc import BackendUnavailable, KilnError, UnknownBackendError
 from torchkiln.plugin import PROJECT_NAME, Backend, Option, Requirement

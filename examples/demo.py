@@ -10,6 +10,7 @@ import sys
 import time
 
 import torch
+
 import torchkiln
 
 

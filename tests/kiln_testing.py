@@ -6,11 +6,16 @@ Import as ``from kiln_testing import RecordingBackend, run_both`` (pytest puts
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+import inspect
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
+
 import torchkiln
 
 
@@ -44,7 +49,11 @@ class RecordingBackend:
 
 
 def assert_same(actual: Any, expected: Any) -> None:
-    """Structure, types and values equal; tensors compared with assert_close."""
+    """Structure, types and values equal; tensors compared with assert_close.
+
+    Plain objects (no ``__eq__`` of their own) are compared by their
+    attributes, numpy arrays by value.
+    """
     assert type(actual) is type(expected), f"{type(actual)} != {type(expected)}"
     if isinstance(expected, torch.Tensor):
         torch.testing.assert_close(actual, expected)
@@ -59,8 +68,12 @@ def assert_same(actual: Any, expected: Any) -> None:
         assert list(actual) == list(expected)
         for key in expected:
             assert_same(actual[key], expected[key])
+    elif isinstance(expected, np.ndarray):
+        np.testing.assert_allclose(actual, expected)
+    elif type(expected).__eq__ is object.__eq__ and hasattr(expected, "__dict__"):
+        assert_same(vars(actual), vars(expected))
     else:
-        assert actual == expected
+        assert actual == expected, f"{actual!r} != {expected!r}"
 
 
 def run_both(fn: Callable, *args: Any, backend: Callable, **compile_kwargs: Any) -> tuple[Any, Any]:
@@ -76,3 +89,134 @@ def run_both(fn: Callable, *args: Any, backend: Callable, **compile_kwargs: Any)
     assert_same(actual, expected)
     assert_same(list(compiled_args), list(eager_args))
     return actual, expected
+
+
+def graph_break_count() -> int:
+    """Graph breaks recorded since the last ``torchkiln.reset()`` (all reasons)."""
+    return sum(torchkiln.counters["graph_break"].values())
+
+
+def _matches(got: int, expected: int | tuple[int, ...]) -> bool:
+    """``expected`` is a count, or a tuple of counts that are all acceptable."""
+    return got in expected if isinstance(expected, tuple) else got == expected
+
+
+def _graph_listing(backend: RecordingBackend) -> str:
+    return "\n".join(f"--- graph {i} ---\n{gm.code}" for i, gm in enumerate(backend.graphs))
+
+
+def assert_graph_count(
+    backend: RecordingBackend, expected: int | tuple[int, ...], when: str = ""
+) -> None:
+    """``backend`` compiled exactly ``expected`` graphs; the message lists what it got."""
+    got = backend.graph_count
+    assert _matches(got, expected), (
+        f"expected {expected} graph(s){' ' + when if when else ''}, the backend compiled {got}:\n"
+        f"{_graph_listing(backend)}"
+    )
+
+
+def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    leaves, _ = torch.utils._pytree.tree_flatten(value)
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def assert_same_grads(compiled_args: Any, eager_args: Any) -> None:
+    """Every leaf tensor argument that requires grad got the same ``.grad``."""
+    for i, (a, e) in enumerate(
+        zip(_tensor_leaves(compiled_args), _tensor_leaves(eager_args), strict=True)
+    ):
+        if e.requires_grad and e.is_leaf:
+            assert (a.grad is None) == (e.grad is None), (
+                f"argument tensor {i}: grad presence differs"
+            )
+            if e.grad is not None:
+                torch.testing.assert_close(a.grad, e.grad, msg=f"gradient of argument tensor {i}")
+
+
+def _backward_on_outputs(result: Any) -> None:
+    outs = [t for t in _tensor_leaves(result) if t.requires_grad]
+    assert outs, "grads=True but no output requires grad"
+    torch.stack([t.float().sum() for t in outs]).sum().backward()
+
+
+def check_compiled(
+    fn: Callable,
+    make_args: Callable[[], tuple],
+    *,
+    backend: RecordingBackend,
+    graphs: int | tuple[int, ...],
+    breaks: int | tuple[int, ...] = 0,
+    calls: int = 2,
+    grads: bool = False,
+    capsys: Any = None,
+    **compile_kwargs: Any,
+) -> Callable:
+    """Compile ``fn`` once and compare it with eager on ``calls`` fresh argument sets.
+
+    ``make_args()`` returns a new tuple of (random) arguments each time; eager
+    and compiled each get a deep copy, so argument mutations are compared too.
+    The first call must compile exactly ``graphs`` graphs with ``breaks`` graph
+    breaks; later calls (same kinds of inputs) must compile nothing. With
+    ``grads`` the outputs are back-propagated and argument gradients compared;
+    with ``capsys`` the printed output of each call is compared. Returns the
+    compiled function.
+    """
+    compiled = torchkiln.compile(fn, backend=backend, **compile_kwargs)
+    for call in range(calls):
+        args = make_args()
+        eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
+        if capsys is not None:
+            capsys.readouterr()
+        expected = fn(*eager_args)
+        eager_out = capsys.readouterr().out if capsys is not None else None
+        actual = compiled(*compiled_args)
+        if capsys is not None:
+            compiled_out = capsys.readouterr().out
+            assert compiled_out == eager_out, (
+                f"call {call}: printed output differs\ncompiled:\n{compiled_out}\neager:\n{eager_out}"
+            )
+        assert_same(actual, expected)
+        assert_same(list(compiled_args), list(eager_args))
+        if grads:
+            _backward_on_outputs(expected)
+            _backward_on_outputs(actual)
+            assert_same_grads(compiled_args, eager_args)
+        when = "on the first call" if call == 0 else f"after call {call} (same kinds of inputs)"
+        assert_graph_count(backend, graphs, when)
+        assert _matches(graph_break_count(), breaks), (
+            f"expected {breaks} graph break(s) {when}, counters say "
+            f"{dict(torchkiln.counters['graph_break'])}"
+        )
+    return compiled
+
+
+def source_location(fn: Callable, marker: str) -> tuple[str, int]:
+    """``(file, line)`` of the first source line of ``fn`` containing ``marker``."""
+    lines, start = inspect.getsourcelines(fn)
+    for offset, text in enumerate(lines):
+        if marker in text:
+            return inspect.getsourcefile(fn), start + offset
+    raise AssertionError(f"{marker!r} not found in the source of {fn.__name__}")
+
+
+def assert_location(location: str | None, fn: Callable, marker: str) -> None:
+    """``location`` ("file:line") names the line of ``fn`` that contains ``marker``."""
+    file, line = source_location(fn, marker)
+    assert location, f"no location given; expected {file}:{line}"
+    got_file, _, got_line = location.rpartition(":")
+    assert os.path.basename(got_file) == os.path.basename(file) and got_line == str(line), (
+        f"location {location!r} should be {os.path.basename(file)}:{line} ({marker!r})"
+    )
+
+
+@contextlib.contextmanager
+def kiln_logs(spec: str) -> Iterator[None]:
+    """Turn ``TORCHKILN_LOGS`` artifacts on for the ``with`` block, then off again."""
+    from torchkiln import logs
+
+    logs.set_logs(spec)
+    try:
+        yield
+    finally:
+        logs.set_logs("")

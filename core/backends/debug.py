@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
 from torchkiln.plugin import Backend, hookimpl
 
 

@@ -1,22 +1,58 @@
-"""Entry point of the onnxrt backend plugin.
+"""Entry point of the onnxrt backend plugin: FX → ONNX → onnxruntime.
 
-The converter is not built yet: the backend is registered (so that it is
-listed, with its extra, and can be selected) and compiling with it raises
-``NotImplementedYet``, which ``torchkiln.config.suppress_errors`` turns into
-an eager fallback.
+Graphs go through ``torchkiln.aot.aot_autograd``: the forward and the
+backward aten graphs are each converted to an ONNX model (our own converter,
+``torchkiln_onnxrt.converter``) and run in an onnxruntime session. An op
+without a converter raises ``NotImplementedYet`` naming it, which
+``torchkiln.config.suppress_errors`` turns into an eager fallback.
 """
 
 from __future__ import annotations
 
-from torchkiln.exc import NotImplementedYet
-from torchkiln.plugin import Backend, Requirement, hookimpl
+from collections.abc import Callable
+
+from torchkiln.plugin import Backend, Option, Requirement, hookimpl
+
+OPTIONS = (
+    Option(
+        "providers",
+        None,
+        "onnxruntime execution providers in priority order; default: CUDA then CPU "
+        "for graphs on a GPU, CPU otherwise",
+        type=(tuple, list, type(None)),
+    ),
+    Option(
+        "graph_optimization_level",
+        "all",
+        "onnxruntime graph optimizations: 'disable', 'basic', 'extended' or 'all'",
+        type=str,
+    ),
+    Option(
+        "intra_op_num_threads",
+        None,
+        "threads onnxruntime runs an op on; default: torch.get_num_threads()",
+        type=(int, type(None)),
+    ),
+    Option(
+        "dump_onnx_dir",
+        None,
+        "a folder to write every compiled graph to, as graph_<pid>_<n>.onnx",
+        type=(str, type(None)),
+    ),
+)
 
 
-def compile_graph(gm, example_inputs, **options):
-    raise NotImplementedYet(
-        "the onnxrt backend's converter is not implemented yet; "
-        "use backend='inductor' or backend='aot_eager' meanwhile"
-    )
+def compile_graph(gm, example_inputs, **options) -> Callable:
+    """The onnxrt backend: forward and backward graphs each run by onnxruntime."""
+    import functools
+
+    from torchkiln.aot import aot_autograd
+    from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
+
+    compiler = functools.partial(compile_aten_graph, **options)
+    return aot_autograd(
+        fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions()
+    )(gm, example_inputs)
 
 
 @hookimpl
@@ -25,10 +61,11 @@ def torchkiln_backends() -> list[Backend]:
         Backend(
             name="onnxrt",
             compile_fn=compile_graph,
-            description="runs the graph through ONNX Runtime (FX -> ONNX -> onnxruntime) [not implemented yet]",
+            description="runs the graph through ONNX Runtime (FX -> ONNX -> onnxruntime)",
             requires=(
                 Requirement("onnx", extra="onnxrt"),
                 Requirement("onnxruntime", extra="onnxrt"),
             ),
+            options=OPTIONS,
         )
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 import torchkiln
 from torchkiln import registry
 from torchkiln.api import CompiledModule, GraphCompiler, resolve_backend

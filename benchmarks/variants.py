@@ -1,0 +1,146 @@
+"""What a row is measured with: plain eager, torch.compile (the reference), or a torchkiln backend.
+
+Names on the command line (``--backends``):
+
+* ``eager``: plain PyTorch, the baseline every speedup is over;
+* ``torch.compile`` or ``torch.compile:MODE``: ``torch.compile(model, mode=MODE)``
+  with its default backend, inductor;
+* ``kiln:NAME`` or ``kiln:NAME:MODE``, or just ``NAME[:MODE]``:
+  ``torchkiln.compile(model, backend=NAME, mode=MODE)``. torchkiln's own
+  ``eager`` debug backend can only be named ``kiln:eager``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+EAGER = "eager"
+TORCH_COMPILE = "torch.compile"
+TORCHKILN = "torchkiln"
+CUDAGRAPH_MODE = "reduce-overhead"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running a model; ``label`` names its column in the tables."""
+
+    label: str
+    kind: str
+    backend: str | None = None
+    mode: str | None = None
+
+    @property
+    def replays_cuda_graphs(self) -> bool:
+        """Steps must call ``torch.compiler.cudagraph_mark_step_begin()`` first."""
+        return self.mode == CUDAGRAPH_MODE
+
+    def compile(self, fn: Callable) -> Callable:
+        """The compiled ``fn`` (compilers compile lazily, on the first call)."""
+        if self.kind == EAGER:
+            return fn
+        if self.kind == TORCH_COMPILE:
+            return torch.compile(fn, mode=self.mode)
+        import torchkiln
+
+        return torchkiln.compile(fn, backend=self.backend, mode=self.mode)
+
+
+def parse_variant(text: str) -> Variant:
+    """A ``--backends`` entry as a Variant (see the module docstring for the forms)."""
+    name, _, mode = text.strip().partition(":")
+    if name == EAGER and not mode:
+        return Variant(EAGER, EAGER)
+    if name == TORCH_COMPILE:
+        return Variant(text, TORCH_COMPILE, "inductor", mode or None)
+    if name == "kiln":
+        name, _, mode = mode.partition(":")
+    if not name:
+        raise ValueError(f"empty backend name in {text!r}")
+    label = f"kiln:{name}" + (f":{mode}" if mode else "")
+    return Variant(label, TORCHKILN, name, mode or None)
+
+
+@dataclass(frozen=True)
+class KilnBackends:
+    """The torchkiln backends registered here: usable ones and why the others are not."""
+
+    usable: tuple[str, ...]
+    unusable: dict[str, str]
+    cuda_graph_modes: tuple[str, ...]
+    plugin_failures: dict[str, str]
+
+
+def discover_kiln_backends(device: str) -> KilnBackends:
+    """Ask torchkiln's registry what is registered and what can run on ``device``.
+
+    Never raises: torchkiln is being built beside the benchmarks, so an import
+    or registry failure is reported as a reason, and eager and torch.compile
+    rows still run.
+    """
+    try:
+        import torchkiln
+        from torchkiln import registry
+
+        names = torchkiln.list_backends(exclude_tags=())
+    except Exception as e:
+        return KilnBackends((), {"torchkiln": f"{type(e).__name__}: {e}"}, (), {})
+    usable, unusable, with_cuda_graphs = [], {}, []
+    for name in names:
+        reason = _unusable_reason(registry, name, device)
+        if reason:
+            unusable[name] = reason
+            continue
+        usable.append(name)
+        if device == "cuda" and CUDAGRAPH_MODE in getattr(
+            registry.lookup_backend(name), "modes", {}
+        ):
+            with_cuda_graphs.append(name)
+    failures = _plugin_failures(registry)
+    return KilnBackends(tuple(usable), unusable, tuple(with_cuda_graphs), failures)
+
+
+def _unusable_reason(registry: Any, name: str, device: str) -> str:
+    try:
+        record = registry.lookup_backend(name)
+        status = registry.backend_status(record)
+    except Exception as e:
+        return f"registry lookup failed: {type(e).__name__}: {e}"
+    if not status.usable:
+        return status.reason
+    if record.device not in (None, device) or (device != "cuda" and "gpu-only" in record.tags):
+        return f"runs on {record.device or 'cuda'} only"
+    return ""
+
+
+def _plugin_failures(registry: Any) -> dict[str, str]:
+    failures = getattr(registry, "plugin_failures", None)
+    try:
+        return dict(failures()) if failures else {}
+    except Exception as e:
+        return {"registry": f"{type(e).__name__}: {e}"}
+
+
+def default_variants(device: str, kiln: KilnBackends) -> list[Variant]:
+    """eager, torch.compile (and reduce-overhead on CUDA), then every usable torchkiln backend."""
+    names = [EAGER, TORCH_COMPILE]
+    if device == "cuda":
+        names.append(f"{TORCH_COMPILE}:{CUDAGRAPH_MODE}")
+    names += [f"kiln:{name}" for name in kiln.usable]
+    names += [f"kiln:{name}:{CUDAGRAPH_MODE}" for name in kiln.cuda_graph_modes]
+    return [parse_variant(n) for n in names]
+
+
+def select_variants(spec: str, device: str, kiln: KilnBackends) -> list[Variant]:
+    """``--backends``: a comma list, ``all`` standing for the defaults; eager always comes first."""
+    variants: list[Variant] = []
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        chosen = default_variants(device, kiln) if item.strip() == "all" else [parse_variant(item)]
+        variants += [v for v in chosen if v not in variants]
+    eager = Variant(EAGER, EAGER)
+    return [eager] + [v for v in variants if v != eager]

@@ -1,0 +1,70 @@
+"""The shared AOT-autograd layer: compiled training for any backend.
+
+A backend that wants forward *and* backward graphs wraps its graph compiler::
+
+    import torch
+    from torchkiln.aot import aot_autograd, default_decompositions, min_cut_partition
+
+    def my_compiler(gm, example_inputs):       # gm: functional aten graph
+        return gm.forward                        # or anything callable the same way
+
+    compile_fn = aot_autograd(
+        fw_compiler=my_compiler,                 # forward graph of a training call
+        bw_compiler=my_compiler,                 # backward graph (default: fw_compiler)
+        inference_compiler=my_compiler,          # no input requires grad / grad mode off
+                                                 # (default: fw_compiler)
+        decompositions=default_decompositions(keep=(torch.ops.aten.gelu.default,)),
+        partition_fn=min_cut_partition,          # default; or simple_partition
+    )
+    # compile_fn(gm, example_inputs) -> callable, the backend signature
+
+The convention every compiler gets, forward, backward and inference alike:
+
+* ``compiler(gm: torch.fx.GraphModule, example_inputs: list[Tensor]) -> callable``.
+* ``gm`` is **functional** and at **aten level**: no in-place ops, no views of
+  inputs that are written to, every node a ``torch.ops.aten`` (or prims)
+  overload or ``operator.getitem`` on a multi-output one; its placeholders are flat tensors, its output a flat tuple of
+  tensors. ``example_inputs`` are fake tensors (``FakeTensor``) with the
+  placeholders' sizes, strides and dtypes: use them for metadata, never data.
+* The callable is invoked as ``compiled(*flat_tensor_args)`` and returns a
+  tuple or list of tensors in the order of ``gm``'s outputs.
+* Forward graph: placeholders are the graph's inputs (parameters included);
+  outputs are the new values of mutated inputs (the runtime copies them into
+  the real inputs), then the user's tensor outputs that are not views of an
+  input (the runtime rebuilds those as views), then the values saved for
+  backward. An inference graph is the same without the saved values.
+* Backward graph: placeholders are the saved values, then the incoming
+  gradients (contiguous, one per forward output that requires grad);
+  outputs are the gradients of the inputs that require grad, in input order
+  (an input autograd gives no gradient is left out).
+* Graphs are traced with static shapes; random ops are neither decomposed by
+  the default table nor recomputed, so a fixed seed gives eager's numbers.
+
+``decompositions`` maps aten overloads to Python decompositions, as
+``make_fx`` takes them; ``None`` means none (the graph keeps the ops the
+dispatcher reaches). ``default_decompositions(keep=...)`` is the core-aten
+table built from ``torch._decomp``; it returns a fresh dict to copy and extend.
+
+A partitioner is ``partition_fn(joint_gm, num_fwd_outputs) -> (fw_gm, bw_gm)``:
+``joint_gm`` has placeholders ``primals_*`` then ``tangents_*`` and outputs the
+``num_fwd_outputs`` forward outputs followed by the input gradients (as in
+the backward graph). ``fw_gm`` outputs the forward outputs then the saved
+values; ``bw_gm`` takes the saved values (same order) then the tangents.
+``partition_with_saved(joint_gm, num_fwd_outputs, saved_nodes)`` builds both
+once a partitioner has chosen what to save. See :mod:`torchkiln.aot.partition`.
+
+``TORCHKILN_LOGS=aot_graphs`` prints the joint, forward, backward and
+inference graphs.
+"""
+
+from torchkiln.aot.api import aot_autograd
+from torchkiln.aot.decompositions import default_decompositions
+from torchkiln.aot.partition import min_cut_partition, partition_with_saved, simple_partition
+
+__all__ = [
+    "aot_autograd",
+    "default_decompositions",
+    "min_cut_partition",
+    "partition_with_saved",
+    "simple_partition",
+]

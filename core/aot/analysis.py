@@ -1,0 +1,142 @@
+"""What a graph does to its inputs, found by running it on fake tensors.
+
+In: a torch-level ``GraphModule`` and fake inputs. Out: a :class:`GraphMeta`
+saying which inputs it mutates (seen by functionalization: version counters
+miss ops like batch norm's running-stat updates), which outputs alias an
+input (share its storage, so the runtime must return a view of the real
+input), which outputs are not tensors (returned as constants), and which
+outputs require grad. Tracing and the runtime both read this record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensorMode
+
+from torchkiln.aot.fake import fresh_copies, to_functional
+from torchkiln.exc import KilnError
+
+
+@dataclass(frozen=True)
+class OutputAlias:
+    """Output ``index`` is a view of input ``base`` with this layout."""
+
+    index: int
+    base: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    is_base_itself: bool
+    requires_grad: bool
+
+
+@dataclass(frozen=True)
+class GraphMeta:
+    """How the graph's inputs and outputs relate (see module docstring).
+
+    ``computed_outputs`` are the output positions the compiled graph
+    produces (tensors that alias no input), in order. The compiled forward
+    returns the new values of ``mutated_inputs`` first, then the computed
+    outputs; ``fw_output_specs`` gives their sizes, dtypes and devices.
+    ``mutated_requires_grad`` says whether a mutated input requires grad
+    after the call (``buf.add_(w)`` makes it so), ``..._before`` before it.
+    """
+
+    num_inputs: int
+    num_outputs: int
+    mutated_inputs: tuple[int, ...]
+    mutated_requires_grad: tuple[bool, ...]
+    mutated_required_grad_before: tuple[bool, ...]
+    aliases: tuple[OutputAlias, ...]
+    constants: dict[int, object]
+    computed_outputs: tuple[int, ...]
+    computed_requires_grad: tuple[bool, ...]
+    output_container: type | None
+    fw_output_specs: tuple[tuple[torch.Size, torch.dtype, torch.device], ...]
+
+
+def _storage_id(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _mutated_inputs(gm: torch.fx.GraphModule, fake_inputs: list, mode: FakeTensorMode) -> list[int]:
+    mutated = []
+    copies = fresh_copies(fake_inputs, mode)
+    with mode, FunctionalTensorMode():
+        f_args = [to_functional(a) for a in copies]
+        gm(*f_args)
+        for i, f in enumerate(f_args):
+            if not isinstance(f, torch.Tensor):
+                continue
+            torch._sync(f)
+            if torch._functionalize_has_metadata_mutation(f.elem):
+                raise KilnError(
+                    f"graph input {i} has its size or stride changed in place (resize_, t_, ...); "
+                    "the AOT-autograd layer only supports data mutations of inputs"
+                )
+            if torch._functionalize_has_data_mutation(f.elem):
+                mutated.append(i)
+    return mutated
+
+
+def _shares_memory(fake_inputs: list) -> bool:
+    tensors = [t for t in fake_inputs if isinstance(t, torch.Tensor)]
+    return len({_storage_id(t) for t in tensors}) < len(tensors)
+
+
+def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMode) -> GraphMeta:
+    """Run ``gm`` on copies of ``fake_inputs`` (left untouched): functionally, then plainly."""
+    mutated = _mutated_inputs(gm, fake_inputs, fake_mode)
+    if mutated and _shares_memory(fake_inputs):
+        raise KilnError(
+            "the graph mutates an input while two inputs share memory (one is a view of "
+            "the other); the AOT-autograd layer does not support mutations of aliased inputs"
+        )
+    copies = fresh_copies(fake_inputs, fake_mode)
+    tensor_inputs = {i: t for i, t in enumerate(copies) if isinstance(t, torch.Tensor)}
+    required_grad = {i: t.requires_grad for i, t in tensor_inputs.items()}
+    with fake_mode:
+        result = gm(*copies)
+    output_container = type(result) if isinstance(result, (tuple, list)) else None
+    outputs = [result] if output_container is None else list(result)
+
+    storage_of_input = {_storage_id(t): i for i, t in tensor_inputs.items()}
+    aliases, constants, computed = [], {}, []
+    for index, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor):
+            constants[index] = out
+            continue
+        base = storage_of_input.get(_storage_id(out))
+        if base is None:
+            computed.append(index)
+            continue
+        aliases.append(
+            OutputAlias(
+                index=index,
+                base=base,
+                size=tuple(out.size()),
+                stride=tuple(out.stride()),
+                storage_offset=out.storage_offset(),
+                is_base_itself=out is tensor_inputs[base],
+                requires_grad=out.requires_grad,
+            )
+        )
+    return GraphMeta(
+        num_inputs=len(fake_inputs),
+        num_outputs=len(outputs),
+        mutated_inputs=tuple(mutated),
+        mutated_requires_grad=tuple(tensor_inputs[i].requires_grad for i in mutated),
+        mutated_required_grad_before=tuple(required_grad[i] for i in mutated),
+        aliases=tuple(aliases),
+        constants=constants,
+        computed_outputs=tuple(computed),
+        computed_requires_grad=tuple(outputs[i].requires_grad for i in computed),
+        output_container=output_container,
+        fw_output_specs=tuple(
+            (t.size(), t.dtype, t.device)
+            for t in [tensor_inputs[i] for i in mutated] + [outputs[i] for i in computed]
+        ),
+    )

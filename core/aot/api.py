@@ -1,0 +1,133 @@
+"""``aot_autograd``: turn graph compilers into a backend that compiles training too.
+
+The returned compile function analyses the graph on fake tensors, then per
+call picks a *plan*: an inference graph when grad mode is off or no input
+requires grad, else a joint graph split by the partitioner into forward and
+backward. Plans are built lazily and cached per requires_grad pattern of
+the inputs and per value of the non-tensor inputs (tracing bakes those in);
+the plan matching ``example_inputs`` is built at compile time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torchkiln import logs
+from torchkiln.aot.analysis import GraphMeta, analyze
+from torchkiln.aot.fake import fake_mode_and_inputs
+from torchkiln.aot.partition import min_cut_partition
+from torchkiln.aot.runtime import (
+    Compiler,
+    TrainingPlan,
+    example_inputs_of,
+    finish_call,
+    run_training,
+)
+from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
+
+Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]
+
+
+def _log_graph(title: str, gm: fx.GraphModule) -> None:
+    if logs.enabled("aot_graphs"):
+        logs.artifact("aot_graphs", "%s:\n%s", title, gm.print_readable(False))
+
+
+def _plan_key(args: Sequence) -> tuple[tuple[bool, ...] | None, tuple]:
+    """Which plan a call needs: its requires_grad pattern (None: inference) and
+    its non-tensor arguments, which tracing bakes into the graph."""
+    constants = tuple(a for a in args if not isinstance(a, torch.Tensor))
+    pattern = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    if not torch.is_grad_enabled() or not any(pattern):
+        return None, constants
+    return pattern, constants
+
+
+class _AOTCompiled:
+    """The callable ``aot_autograd(...)(gm, example_inputs)`` returns."""
+
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        fw_compiler: Compiler,
+        bw_compiler: Compiler,
+        inference_compiler: Compiler,
+        decompositions: Decompositions | None,
+        partition_fn: Partitioner,
+    ) -> None:
+        self.gm = gm
+        self.fw_compiler = fw_compiler
+        self.bw_compiler = bw_compiler
+        self.inference_compiler = inference_compiler
+        self.decompositions = decompositions
+        self.partition_fn = partition_fn
+        self.plans: dict[tuple, tuple[GraphMeta, Any]] = {}
+
+    def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any]:
+        key = _plan_key(args)
+        if key not in self.plans:
+            self.plans[key] = self._build(args, training=key[0] is not None)
+        return self.plans[key]
+
+    def _build(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
+        mode, fakes = fake_mode_and_inputs(list(args))
+        meta = analyze(self.gm, fakes, mode)
+        if training and any(meta.computed_requires_grad):
+            joint = trace_joint(self.gm, meta, fakes, mode, self.decompositions)
+            _log_graph("joint graph", joint.gm)
+            fw_gm, bw_gm = self.partition_fn(joint.gm, joint.num_fwd_outputs)
+            _log_graph("forward graph", fw_gm)
+            return meta, TrainingPlan(
+                meta=meta,
+                forward=self.fw_compiler(fw_gm, example_inputs_of(fw_gm)),
+                backward_graph=bw_gm,
+                backward_compiler=self.bw_compiler,
+                num_fwd_outputs=joint.num_fwd_outputs,
+                differentiable=joint.differentiable,
+                grad_inputs=joint.grad_inputs,
+            )
+        inference_gm = trace_inference(self.gm, meta, fakes, mode, self.decompositions)
+        _log_graph("inference graph", inference_gm)
+        return meta, self.inference_compiler(inference_gm, example_inputs_of(inference_gm))
+
+    def __call__(self, *args: Any) -> Any:
+        meta, plan = self.plan_for(args)
+        if isinstance(plan, TrainingPlan):
+            fw_outs = run_training(plan, args)
+        else:
+            with torch.no_grad():
+                fw_outs = list(plan(*args))
+        return finish_call(meta, args, fw_outs)
+
+
+def aot_autograd(
+    fw_compiler: Compiler,
+    bw_compiler: Compiler | None = None,
+    inference_compiler: Compiler | None = None,
+    decompositions: Decompositions | None = None,
+    partition_fn: Partitioner | None = None,
+) -> Callable[[fx.GraphModule, list], Callable]:
+    """A backend compile function that traces forward and backward ahead of time.
+
+    ``bw_compiler`` and ``inference_compiler`` default to ``fw_compiler``;
+    ``partition_fn`` defaults to :func:`min_cut_partition`. See
+    :mod:`torchkiln.aot` for the graphs each compiler receives.
+    """
+
+    def compile_fn(gm: fx.GraphModule, example_inputs: list) -> Callable:
+        compiled = _AOTCompiled(
+            gm,
+            fw_compiler=fw_compiler,
+            bw_compiler=bw_compiler or fw_compiler,
+            inference_compiler=inference_compiler or fw_compiler,
+            decompositions=decompositions,
+            partition_fn=partition_fn or min_cut_partition,
+        )
+        compiled.plan_for(example_inputs)
+        return compiled
+
+    return compile_fn

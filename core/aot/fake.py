@@ -1,0 +1,59 @@
+"""Fake and functional tensor plumbing shared by analysis and tracing."""
+
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor
+
+from torchkiln.exc import KilnError, NotImplementedYet
+
+
+def _is_symbolic(value: object) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    return isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in value.shape)
+
+
+def fake_mode_and_inputs(example_inputs: list) -> tuple[FakeTensorMode, list]:
+    """Reuse the fake mode of fake example inputs, or fake the real ones (static shapes)."""
+    if any(_is_symbolic(v) for v in example_inputs):
+        raise NotImplementedYet(
+            "the AOT-autograd layer traces static shapes only; got symbolic sizes "
+            "(compile with dynamic=False)"
+        )
+    modes = {id(t.fake_mode): t.fake_mode for t in example_inputs if isinstance(t, FakeTensor)}
+    if len(modes) > 1:
+        raise KilnError("example inputs come from several FakeTensorModes; pass one mode's tensors")
+    mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [
+        mode.from_tensor(t) if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) else t
+        for t in example_inputs
+    ]
+    return mode, fakes
+
+
+def fresh_copies(fake_inputs: list, mode: FakeTensorMode) -> list:
+    """Leaf copies with the same layout and requires_grad, safe to mutate."""
+    with mode, torch.no_grad():
+        copies = [
+            torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+            if isinstance(t, torch.Tensor)
+            else t
+            for t in fake_inputs
+        ]
+    for copy, t in zip(copies, fake_inputs):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            copy.requires_grad_(True)
+    return copies
+
+
+def to_functional(t: object) -> object:
+    return FunctionalTensor.to_functional(t) if isinstance(t, torch.Tensor) else t
+
+
+def from_functional(t: object) -> object:
+    if isinstance(t, FunctionalTensor):
+        torch._sync(t)
+        return torch._from_functional_tensor(t.elem)
+    return t

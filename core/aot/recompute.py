@@ -1,0 +1,64 @@
+"""What the min-cut partitioner may recompute in backward, and what saving a value costs.
+
+Cheap to recompute: pointwise ops, views, ``getitem`` of a multi-output
+node, constants, ops that create a tensor from no tensor (``full``) and
+reductions over at most ``SMALL_REDUCTION_NUMEL`` elements. Never
+recomputed: random ops (their result would differ from the forward's) and
+everything else (matmuls, convolutions, large reductions, gathers...).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+#: Largest input (in elements) of a reduction the backward may recompute.
+SMALL_REDUCTION_NUMEL = 4096
+
+_REDUCTION = getattr(torch.Tag, "reduction", None)
+
+
+def _tensor_inputs(node: fx.Node) -> list[torch.Tensor]:
+    vals = (n.meta.get("val") for n in node.all_input_nodes)
+    return [v for v in vals if isinstance(v, torch.Tensor)]
+
+
+def is_recomputable(node: fx.Node) -> bool:
+    """Whether backward may recompute ``node`` instead of having it saved."""
+    if node.op == "get_attr":
+        return True  # a constant of the graph module
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return True
+    op = node.target
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in op.tags:
+        return False
+    if torch.Tag.pointwise in op.tags or op.is_view:
+        return True
+    inputs = _tensor_inputs(node)
+    if not inputs:
+        return True
+    if _REDUCTION is not None and _REDUCTION in op.tags:
+        return max(t.numel() for t in inputs) <= SMALL_REDUCTION_NUMEL
+    return False
+
+
+def saved_bytes(node: fx.Node) -> int | None:
+    """Capacity of the node's edge in the flow network: bytes to keep it alive.
+
+    A tensor costs its bytes plus one (so that among equal sizes fewer
+    tensors win); a primal costs its bytes alone, because the caller holds
+    it anyway. A scalar costs one; a tuple cannot be saved whole (None).
+    """
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        nbytes = val.numel() * val.element_size()
+        return nbytes if node.op == "placeholder" else nbytes + 1
+    if isinstance(val, (tuple, list)):
+        return None
+    return 1

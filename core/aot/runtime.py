@@ -1,0 +1,141 @@
+"""The runtime: run compiled forward/backward graphs as one autograd node.
+
+:class:`TrainingPlan` holds a compiled forward, the uncompiled backward
+graph and its compiler; the backward is compiled on the first backward
+call and cached. :class:`CompiledFunction` is the ``torch.autograd.Function``
+that runs them. :func:`finish_call` turns the compiled graph's outputs back
+into what the user's graph returns: it writes mutated inputs' new values
+into the real inputs, rebuilds outputs that alias inputs as views of them,
+and puts non-tensor outputs back in place.
+
+Random ops run in the forward only (the partitioners never recompute them)
+and draw from the global generator in the same order as eager, so a
+fixed seed gives eager's masks; backward reads the saved result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torchkiln import logs
+from torchkiln.aot.analysis import GraphMeta
+
+Compiler = Callable[[fx.GraphModule, list], Callable]
+
+
+def example_inputs_of(gm: fx.GraphModule) -> list:
+    """The fake values recorded on ``gm``'s placeholders."""
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+@dataclass
+class TrainingPlan:
+    """Everything one training call needs; shared by all calls of a compiled graph."""
+
+    meta: GraphMeta
+    forward: Callable
+    backward_graph: fx.GraphModule
+    backward_compiler: Compiler
+    num_fwd_outputs: int
+    differentiable: tuple[int, ...]
+    grad_inputs: tuple[int, ...]
+    _backward: Callable | None = field(default=None, repr=False)
+
+    def backward(self) -> Callable:
+        if self._backward is None:
+            if logs.enabled("aot_graphs"):
+                logs.artifact(
+                    "aot_graphs", "backward graph:\n%s", self.backward_graph.print_readable(False)
+                )
+            self._backward = self.backward_compiler(
+                self.backward_graph, example_inputs_of(self.backward_graph)
+            )
+        return self._backward
+
+
+_DOUBLE_BACKWARD = (
+    b"double backward (torch.autograd.grad(..., create_graph=True) followed by another "
+    b"backward) through a graph compiled with torchkiln's AOT autograd is not supported; "
+    b"compute the second-order gradient eagerly or with backend='eager'"
+)
+
+
+def _error_on_double_backward(grads: list) -> list:
+    """Make differentiating the gradients again raise a clear error."""
+    tensors = [g for g in grads if isinstance(g, torch.Tensor)]
+    if not tensors:
+        return grads
+    err = torch._C._functions.DelayedError(_DOUBLE_BACKWARD, len(tensors))
+    result = err(*[g.detach().requires_grad_(True) for g in tensors])
+    wrapped = iter((result,) if isinstance(result, torch.Tensor) else result)
+    return [next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads]
+
+
+class CompiledFunction(torch.autograd.Function):
+    """One autograd node for a whole compiled graph."""
+
+    @staticmethod
+    def forward(ctx: Any, plan: TrainingPlan, *args: torch.Tensor) -> tuple:
+        outputs = plan.forward(*args)
+        fw_outs, saved = outputs[: plan.num_fwd_outputs], outputs[plan.num_fwd_outputs :]
+        mutated = [args[i] for i in plan.meta.mutated_inputs]
+        saved = [s.clone() if any(s is m for m in mutated) else s for s in saved]
+        ctx.plan = plan
+        ctx.num_args = len(args)
+        ctx.save_for_backward(*saved)
+        differentiable = set(plan.differentiable)
+        ctx.mark_non_differentiable(*[o for k, o in enumerate(fw_outs) if k not in differentiable])
+        return tuple(fw_outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple:
+        plan: TrainingPlan = ctx.plan
+        tangents = [grad_outputs[k].contiguous() for k in plan.differentiable]
+        saved = ctx.saved_tensors
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad():
+            got = plan.backward()(*saved, *tangents)
+        grads: list = [None] * ctx.num_args
+        for i, g in zip(plan.grad_inputs, got):
+            grads[i] = g
+        if create_graph and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (*saved, *grad_outputs)
+        ):
+            grads = _error_on_double_backward(grads)
+        return (None, *grads)
+
+
+def run_training(plan: TrainingPlan, args: Sequence) -> list:
+    """Forward outputs (mutated inputs' values, then computed outputs), tracked by autograd."""
+    return list(CompiledFunction.apply(plan, *args))
+
+
+def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
+    """Apply input mutations, rebuild aliased and constant outputs, shape the result."""
+    num_mutated = len(meta.mutated_inputs)
+    for i, new in zip(meta.mutated_inputs, fw_outs[:num_mutated]):
+        with torch.set_grad_enabled(new.requires_grad and torch.is_grad_enabled()):
+            args[i].copy_(new)  # recorded by autograd when the new value requires grad
+    outputs: list = [None] * meta.num_outputs
+    for index, value in zip(meta.computed_outputs, fw_outs[num_mutated:]):
+        outputs[index] = value
+    for index, value in meta.constants.items():
+        outputs[index] = value
+    for alias in meta.aliases:
+        base = args[alias.base]
+        if alias.is_base_itself:
+            outputs[alias.index] = base
+            continue
+        if not alias.requires_grad:
+            base = base.detach()
+        outputs[alias.index] = base.as_strided(alias.size, alias.stride, alias.storage_offset)
+    if meta.output_container is None:
+        return outputs[0]
+    if hasattr(meta.output_container, "_fields"):
+        return meta.output_container(*outputs)
+    return meta.output_container(outputs)

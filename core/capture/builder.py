@@ -1,0 +1,246 @@
+"""Real value → variable tracker, with the guards that make the tracker valid.
+
+``build`` is called by ``OutputGraph.wrap`` for every value the frame reads
+from outside (arguments, globals, closure cells, attributes). Each branch
+says what it guards: identity for objects whose behaviour is fixed by
+identity (functions, classes, modules), type and length for containers
+(whose items are wrapped with their own sources), type for user objects
+(whose attributes are guarded when read), full metadata for tensors.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import dataclasses
+import functools
+import math
+import operator
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchkiln.capture import variables as V
+from torchkiln.capture.runtime import GradModeRestore
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.output_graph import OutputGraph
+
+#: Modules whose functions are evaluated at capture time when given constants.
+PURE_MODULES = {"math", "operator", "builtins", "_operator"}
+
+#: torch objects that are context managers for grad mode.
+GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+
+
+def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker:
+    guards = out.guards
+    if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.nn.Parameter) or type(value) is torch.Tensor:
+            return out.add_input(value, source)
+        raise Unsupported(f"tensor subclass {type(value).__name__}")
+    if isinstance(value, torch.nn.Module):
+        if source:
+            guards.module(source, value)
+        return V.NNModuleVariable(value, source)
+    if type(value) in (list, tuple) or _is_namedtuple(value):
+        if source:
+            guards.type_is(source, type(value))
+            guards.length(source, len(value))
+        items = [out.wrap(v, f"{source}[{i}]" if source else None) for i, v in enumerate(value)]
+        if type(value) is list:
+            return V.ListVariable(items, source)
+        return V.TupleVariable(
+            items, source, cls=type(value), fields=getattr(type(value), "_fields", None)
+        )
+    if type(value) in (dict, collections.OrderedDict):
+        keys = list(value)
+        if not all(V.is_constant_value(k) for k in keys):
+            raise Unsupported("a dict with non-constant keys")
+        if source:
+            guards.type_is(source, type(value))
+            guards.dict_keys(source, keys)
+        return V.DictVariable(
+            {k: out.wrap(v, f"{source}[{k!r}]" if source else None) for k, v in value.items()},
+            source,
+        )
+    if type(value) is set:
+        if not all(V.is_constant_value(k) for k in value):
+            raise Unsupported("a set of non-constant values")
+        if source:
+            guards.type_is(source, set)
+            guards.add(
+                f"{source} == {guards.bind(frozenset(value), 'set')}", 2, f"{source} == {value!r}"
+            )
+        return V.SetVariable(value, source)
+    if isinstance(value, GradModeRestore):
+        if source:
+            guards.type_is(source, GradModeRestore)
+            guards.add(f"{source}.prev is {value.prev!r}", 2, f"{source}.prev is {value.prev!r}")
+        return V.GradModeExitVariable(value.prev)
+    if isinstance(value, torch.autograd.grad_mode._DecoratorContextManager):
+        if isinstance(value, torch.no_grad):
+            return V.GradModeVariable(False)
+        if isinstance(value, torch.enable_grad):
+            return V.GradModeVariable(True)
+        raise Unsupported(f"context manager {type(value).__name__}")
+    if isinstance(value, functools.partial):
+        if source:
+            guards.type_is(source, functools.partial)
+        return V.PartialVariable(
+            out.wrap(value.func, f"{source}.func" if source else None),
+            [
+                out.wrap(a, f"{source}.args[{i}]" if source else None)
+                for i, a in enumerate(value.args)
+            ],
+            {
+                k: out.wrap(v, f"{source}.keywords[{k!r}]" if source else None)
+                for k, v in value.keywords.items()
+            },
+            source,
+        )
+    decorated = _grad_mode_decorated(value)
+    if decorated is not None:
+        mode, func = decorated
+        if source:
+            guards.identity(source, value)
+        return V.GradModeDecoratedVariable(mode, out.wrap(func, None))
+    if isinstance(value, types.BuiltinMethodType) and type(value.__self__) in (
+        list,
+        dict,
+        set,
+        collections.OrderedDict,
+    ):
+        if source:
+            guards.type_is(source, types.BuiltinMethodType)
+        owner = out.wrap(value.__self__, f"{source}.__self__" if source else None)
+        return V.BoundMethodVariable(owner, value.__name__)
+    if isinstance(value, types.MethodType):
+        if source:
+            guards.type_is(source, types.MethodType)
+        fn = getattr(value.__func__, "_torchkiln_original", value.__func__)
+        out.wrap(fn, f"{source}.__func__" if source else None)
+        return V.UserMethodVariable(
+            fn, out.wrap(value.__self__, f"{source}.__self__" if source else None)
+        )
+    if source:
+        if _guard_by_type(value):
+            guards.type_is(source, type(value))
+        else:
+            guards.identity(source, value)
+    return _build_object(value, source)
+
+
+def _guard_by_type(value: Any) -> bool:
+    return _is_user_object(value) or _is_opaque(value)
+
+
+def _is_opaque(value: Any) -> bool:
+    """Objects torchkiln only passes around (never looks into): their type is all that is guarded."""
+    if isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+        return False
+    if callable(value) and (_is_torch(value) or _is_builtin(value)):
+        return False
+    return not _is_user_object(value)
+
+
+def _build_object(value: Any, source: str | None) -> V.VariableTracker:
+    if isinstance(value, types.ModuleType):
+        return V.PythonModuleVariable(value, source)
+    if isinstance(value, type):
+        if value in GRAD_MODE_CLASSES or _is_torch(value):
+            return V.TorchFunctionVariable(value, source)
+        return V.ClassVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        original = getattr(value, "_torchkiln_original", None)
+        if original is not None:
+            return V.UserFunctionVariable(original, source)
+        if _is_torch(value):
+            return V.TorchFunctionVariable(value, source)
+        return V.UserFunctionVariable(value, source)
+    if callable(value) and _is_builtin(value):
+        return V.BuiltinVariable(value, source)
+    if callable(value) and _is_torch(value):
+        return V.TorchFunctionVariable(value, source)
+    if _is_user_object(value):
+        return V.UserObjectVariable(value, source)
+    return V.OpaqueVariable(value, source)
+
+
+def _grad_mode_decorated(value: Any) -> tuple[bool, Any] | None:
+    """``(mode, func)`` for a function wrapped by ``@torch.no_grad()`` / ``@torch.enable_grad()``."""
+    code = getattr(value, "__code__", None)
+    if code is None or code.co_name != "decorate_context" or "_contextlib" not in code.co_filename:
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in value.__closure__ or ())))
+    factory, func = cells.get("ctx_factory"), cells.get("func")
+    ctx = getattr(factory, "__self__", None)  # ``ctx.clone``; calling it could change grad mode
+    if isinstance(ctx, torch.no_grad):
+        return False, func
+    if isinstance(ctx, torch.enable_grad):
+        return True, func
+    if isinstance(ctx, torch.set_grad_enabled):
+        return ctx.mode, func
+    return None
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def _is_torch(value: Any) -> bool:
+    """Defined by torch: its functions, classes and the methods of ``torch._C.TensorBase``."""
+    module = getattr(value, "__module__", None) or ""
+    if module.partition(".")[0] == "torch":
+        return True
+    owner = getattr(value, "__objclass__", None)
+    return owner is not None and _is_torch(owner)
+
+
+def _is_builtin(value: Any) -> bool:
+    if getattr(value, "__module__", None) in PURE_MODULES:
+        return True
+    return isinstance(value, types.BuiltinFunctionType) and getattr(value, "__self__", None) in (
+        builtins,
+        math,
+        operator,
+    )
+
+
+def is_pure_builtin(value: Any) -> bool:
+    """Safe to evaluate at capture time on constants (no I/O, no global state)."""
+    if value in (
+        print,
+        input,
+        open,
+        exec,
+        eval,
+        breakpoint,
+        compile,
+        id,
+        globals,
+        locals,
+        vars,
+        delattr,
+    ):
+        return False
+    return _is_builtin(value) or isinstance(
+        getattr(value, "__self__", None), (*V.CONSTANT_TYPES, tuple)
+    )
+
+
+def _is_user_object(value: Any) -> bool:
+    cls = type(value)
+    if dataclasses.is_dataclass(cls):
+        return True
+    if is_stdlib(cls.__module__) or _is_torch(cls):
+        return False
+    return hasattr(value, "__dict__")
+
+
+def is_stdlib(module: str | None) -> bool:
+    """Standard-library code is called, not traced (``logging``, ``time``...)."""
+    return bool(module) and module.partition(".")[0] in sys.stdlib_module_names

@@ -1,0 +1,450 @@
+"""Calls to builtins, ``math``/``operator`` functions and classes, evaluated at capture time.
+
+Python-only computation (arithmetic on constants, ``len``, ``isinstance``,
+``range``, ``zip``...) runs now and its result becomes a constant of the
+entry (valid because the inputs it came from are guarded). Operations that
+involve tensors go to the graph; those that would need a tensor's *value*
+raise ``Unsupported``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import operator
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchkiln.capture import variables as V
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.translator import Translator
+
+
+def fold(fn: Any, *args: Any, **kwargs: Any) -> V.VariableTracker:
+    """Call ``fn`` on real constants now; the result must be a constant too."""
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as e:
+        raise Unsupported(
+            f"{getattr(fn, '__name__', fn)} raised {type(e).__name__}: {e} while tracing"
+        ) from e
+    return constant_result(result)
+
+
+def constant_result(result: Any) -> V.VariableTracker:
+    if V.is_constant_value(result):
+        return V.ConstantVariable(result)
+    if type(result) is list:
+        return V.ListVariable([constant_result(r) for r in result])
+    if type(result) is dict:
+        return V.DictVariable({k: constant_result(v) for k, v in result.items()})
+    if type(result) is set:
+        return V.SetVariable(result)
+    if type(result) is tuple:
+        return V.TupleVariable([constant_result(r) for r in result])
+    raise Unsupported(f"a Python computation returned a {type(result).__name__}")
+
+
+def class_value(vt: V.VariableTracker) -> Any:
+    """The class (or tuple of classes) a tracker stands for, for ``isinstance``."""
+    if isinstance(vt, V.ValueVariable) and isinstance(vt.value, type):
+        return vt.value
+    if isinstance(vt, V.TupleVariable):
+        return tuple(class_value(i) for i in vt.items)
+    if isinstance(vt, V.ConstantVariable) and isinstance(vt.value, tuple):
+        return vt.value
+    raise Unsupported(f"isinstance with {vt.describe()} as the class")
+
+
+def _all_constant(args: list, kwargs: dict) -> bool:
+    return all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values())
+
+
+def _consts(args: list) -> list:
+    return [a.as_python_constant() for a in args]
+
+
+def call_builtin(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
+    handler = _HANDLERS.get(fn)
+    if handler is not None:
+        return handler(tx, *args, **kwargs)
+    from torchkiln.capture.builder import is_pure_builtin
+
+    if _all_constant(args, kwargs) and is_pure_builtin(fn):
+        return fold(fn, *_consts(args), **{k: v.as_python_constant() for k, v in kwargs.items()})
+    if getattr(fn, "__module__", None) in ("_operator", "operator") and not kwargs:
+        if any(isinstance(a, V.TensorVariable) for a in args):
+            return tx.output.call_op("call_function", fn, args, {})
+        symbol = _OPERATOR_SYMBOLS.get(fn.__name__)
+        if symbol is not None and len(args) == 2:
+            return tx.binary_op(symbol, args[0], args[1])
+        if fn is operator.getitem:
+            return tx.subscript(args[0], args[1])
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+    raise Unsupported(f"builtin {name}() with non-constant arguments")
+
+
+_OPERATOR_SYMBOLS = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+    "pow": "**", "matmul": "@", "and_": "&", "or_": "|", "xor": "^", "lshift": "<<", "rshift": ">>",
+    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+}  # fmt: skip
+
+
+def _len(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
+    if isinstance(obj, V.TensorVariable):
+        if obj.example.dim() == 0:
+            raise Unsupported("len() of a 0-d tensor")
+        return V.ConstantVariable(obj.example.shape[0])
+    if isinstance(obj, (V.ContainerVariable, V.DictVariable)):
+        return V.ConstantVariable(len(obj.items))
+    if isinstance(obj, V.SetVariable):
+        return V.ConstantVariable(len(obj.values))
+    if isinstance(obj, V.NNModuleVariable):
+        return V.ConstantVariable(len(tx.output.module_children(obj)))
+    if obj.is_constant():
+        return fold(len, obj.as_python_constant())
+    return tx.call_function(tx.getattr(obj, "__len__"), [], {})
+
+
+def _isinstance(
+    tx: Translator, obj: V.VariableTracker, cls: V.VariableTracker
+) -> V.VariableTracker:
+    klass = class_value(cls)
+    ptype = obj.python_type()
+    if isinstance(obj, V.TensorVariable) and not obj.source:
+        return V.ConstantVariable(issubclass(torch.Tensor, klass))
+    return V.ConstantVariable(issubclass(ptype, klass))
+
+
+def _iter_items(tx: Translator, obj: V.VariableTracker) -> list[V.VariableTracker]:
+    return tx.unpack_iterable(obj)
+
+
+def _enumerate(
+    tx: Translator, it: V.VariableTracker, start: V.VariableTracker | None = None
+) -> V.VariableTracker:
+    first = start.as_python_constant() if start is not None else 0
+    items = _iter_items(tx, it)
+    return V.IteratorVariable(
+        [V.TupleVariable([V.ConstantVariable(first + i), v]) for i, v in enumerate(items)]
+    )
+
+
+def _zip(
+    tx: Translator, *its: V.VariableTracker, strict: V.VariableTracker | None = None
+) -> V.VariableTracker:
+    lists = [_iter_items(tx, it) for it in its]
+    if strict is not None and strict.as_python_constant() and len({len(x) for x in lists}) > 1:
+        raise Unsupported("zip(strict=True) over iterables of different lengths")
+    return V.IteratorVariable([V.TupleVariable(list(group)) for group in zip(*lists)])
+
+
+def _list(tx: Translator, it: V.VariableTracker | None = None) -> V.VariableTracker:
+    return V.ListVariable(_iter_items(tx, it) if it is not None else [])
+
+
+def _tuple(tx: Translator, it: V.VariableTracker | None = None) -> V.VariableTracker:
+    return V.TupleVariable(_iter_items(tx, it) if it is not None else [])
+
+
+def _dict(
+    tx: Translator, arg: V.VariableTracker | None = None, **kwargs: V.VariableTracker
+) -> V.VariableTracker:
+    items: dict = {}
+    if isinstance(arg, V.DictVariable):
+        items.update(arg.items)
+    elif arg is not None:
+        for pair in _iter_items(tx, arg):
+            key, value = tx.unpack_iterable(pair)
+            items[key.as_python_constant()] = value
+    items.update(kwargs)
+    return V.DictVariable(items)
+
+
+def _set(tx: Translator, it: V.VariableTracker | None = None) -> V.VariableTracker:
+    return V.SetVariable(
+        {v.as_python_constant() for v in _iter_items(tx, it)} if it is not None else set()
+    )
+
+
+def _iter(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
+    return it if isinstance(it, V.IteratorVariable) else V.IteratorVariable(_iter_items(tx, it))
+
+
+def _next(
+    tx: Translator, it: V.VariableTracker, default: V.VariableTracker | None = None
+) -> V.VariableTracker:
+    if not isinstance(it, V.IteratorVariable):
+        raise Unsupported(f"next() on {it.describe()}")
+    value = it.next()
+    if value is None:
+        if default is None:
+            raise Unsupported("next() on an exhausted iterator (StopIteration)")
+        return default
+    return value
+
+
+def _reversed(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
+    return V.IteratorVariable(list(reversed(_iter_items(tx, it))))
+
+
+def _min_max(fn: Any) -> Any:
+    def handler(
+        tx: Translator, *args: V.VariableTracker, **kwargs: V.VariableTracker
+    ) -> V.VariableTracker:
+        items = list(args) if len(args) > 1 else _iter_items(tx, args[0])
+        if any(isinstance(i, V.TensorVariable) for i in items):
+            raise Unsupported(
+                f"{fn.__name__}() over tensors compares their values (data-dependent)"
+            )
+        return fold(fn, _consts(items), **{k: v.as_python_constant() for k, v in kwargs.items()})
+
+    return handler
+
+
+def _sum(
+    tx: Translator, it: V.VariableTracker, start: V.VariableTracker | None = None
+) -> V.VariableTracker:
+    total = start if start is not None else V.ConstantVariable(0)
+    for item in _iter_items(tx, it):
+        total = tx.binary_op("+", total, item)
+    return total
+
+
+def _any_all(fn: Any) -> Any:
+    def handler(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
+        return V.ConstantVariable(fn(item.truth(tx) for item in _iter_items(tx, it)))
+
+    return handler
+
+
+def _abs(tx: Translator, x: V.VariableTracker) -> V.VariableTracker:
+    if isinstance(x, V.TensorVariable):
+        return tx.output.call_op("call_function", torch.abs, [x], {})
+    return fold(abs, x.as_python_constant())
+
+
+def _getattr(
+    tx: Translator,
+    obj: V.VariableTracker,
+    name: V.VariableTracker,
+    default: V.VariableTracker | None = None,
+) -> V.VariableTracker:
+    try:
+        return tx.getattr(obj, name.as_python_constant())
+    except Unsupported as e:
+        if default is not None and "has no attribute" in str(e):
+            return default
+        raise
+
+
+def _hasattr(tx: Translator, obj: V.VariableTracker, name: V.VariableTracker) -> V.VariableTracker:
+    try:
+        tx.getattr(obj, name.as_python_constant())
+    except Unsupported as e:
+        if "has no attribute" in str(e):
+            return V.ConstantVariable(False)
+        raise
+    return V.ConstantVariable(True)
+
+
+def _setattr(
+    tx: Translator, obj: V.VariableTracker, name: V.VariableTracker, value: V.VariableTracker
+) -> V.VariableTracker:
+    tx.store_attr(obj, name.as_python_constant(), value)
+    return V.ConstantVariable(None)
+
+
+def _type(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
+    return tx.output.wrap(obj.python_type(), None)
+
+
+def _callable(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
+    if obj.is_constant():
+        return V.ConstantVariable(callable(obj.as_python_constant()))
+    if isinstance(obj, (V.TensorVariable, V.ContainerVariable, V.DictVariable, V.SetVariable)):
+        return V.ConstantVariable(False)
+    return V.ConstantVariable(True)
+
+
+def _scalar(fn: Any) -> Any:
+    def handler(
+        tx: Translator, *args: V.VariableTracker, **kwargs: V.VariableTracker
+    ) -> V.VariableTracker:
+        if any(isinstance(a, V.TensorVariable) for a in args):
+            raise Unsupported(f"{fn.__name__}() of a tensor needs its value (data-dependent)")
+        return fold(fn, *_consts(args), **{k: v.as_python_constant() for k, v in kwargs.items()})
+
+    return handler
+
+
+def _sorted(
+    tx: Translator,
+    it: V.VariableTracker,
+    key: V.VariableTracker | None = None,
+    reverse: V.VariableTracker | None = None,
+) -> V.VariableTracker:
+    items = _iter_items(tx, it)
+    if key is None or (key.is_constant() and key.as_python_constant() is None):
+        keys = _consts(items)
+    else:
+        keys = [tx.call_function(key, [item], {}).as_python_constant() for item in items]
+    order = sorted(
+        range(len(items)),
+        key=lambda i: keys[i],
+        reverse=bool(reverse and reverse.as_python_constant()),
+    )
+    return V.ListVariable([items[i] for i in order])
+
+
+def _map(tx: Translator, fn: V.VariableTracker, *its: V.VariableTracker) -> V.VariableTracker:
+    lists = [_iter_items(tx, it) for it in its]
+    return V.IteratorVariable([tx.call_function(fn, list(group), {}) for group in zip(*lists)])
+
+
+def _filter(tx: Translator, fn: V.VariableTracker, it: V.VariableTracker) -> V.VariableTracker:
+    items = _iter_items(tx, it)
+    if fn.is_constant() and fn.as_python_constant() is None:
+        return V.IteratorVariable([i for i in items if i.truth(tx)])
+    return V.IteratorVariable([i for i in items if tx.call_function(fn, [i], {}).truth(tx)])
+
+
+def _object_init(
+    tx: Translator, *args: V.VariableTracker, **kwargs: V.VariableTracker
+) -> V.VariableTracker:
+    return V.ConstantVariable(None)
+
+
+def _print(tx: Translator, *args: Any, **kwargs: Any) -> V.VariableTracker:
+    raise Unsupported("print() writes output")
+
+
+def _unsupported(name: str) -> Any:
+    def handler(tx: Translator, *args: Any, **kwargs: Any) -> V.VariableTracker:
+        raise Unsupported(f"{name}()")
+
+    return handler
+
+
+_HANDLERS: dict[Any, Any] = {
+    len: _len,
+    isinstance: _isinstance,
+    enumerate: _enumerate,
+    zip: _zip,
+    list: _list,
+    tuple: _tuple,
+    dict: _dict,
+    set: _set,
+    iter: _iter,
+    next: _next,
+    reversed: _reversed,
+    min: _min_max(min),
+    max: _min_max(max),
+    sum: _sum,
+    any: _any_all(any),
+    all: _any_all(all),
+    abs: _abs,
+    getattr: _getattr,
+    hasattr: _hasattr,
+    setattr: _setattr,
+    type: _type,
+    callable: _callable,
+    int: _scalar(int),
+    float: _scalar(float),
+    bool: _scalar(bool),
+    str: _scalar(str),
+    sorted: _sorted,
+    map: _map,
+    filter: _filter,
+    V._object_init: _object_init,
+    print: _print,
+    id: _unsupported("id"),
+    input: _unsupported("input"),
+    open: _unsupported("open"),
+    math.floor: _scalar(math.floor),
+    math.ceil: _scalar(math.ceil),
+    math.sqrt: _scalar(math.sqrt),
+}
+
+
+def _is_plain_user_class(cls: type) -> bool:
+    """A Python class whose instances are plain objects: ``__new__`` is ``object``'s, no slots."""
+    if cls.__module__ in ("builtins",) or cls.__module__.startswith("torch"):
+        return False
+    if (
+        issubclass(cls, (torch.nn.Module, BaseException, torch.Tensor))
+        or "__slots__" in cls.__dict__
+    ):
+        return False
+    return all(k.__dict__.get("__new__") is None for k in cls.__mro__[:-1]) and type(cls) is type
+
+
+def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.VariableTracker:
+    """``cls(*args)`` for builtin containers, namedtuples, dataclasses and torch value types."""
+    if cls in _HANDLERS:
+        return _HANDLERS[cls](tx, *args, **kwargs)
+    if cls in (range, slice, frozenset, complex, bytes) or cls in (
+        torch.Size,
+        torch.device,
+        torch.dtype,
+    ):
+        if cls is torch.Size and args and not args[0].is_constant():
+            return V.ConstantVariable(torch.Size(_consts(tx.unpack_iterable(args[0]))))
+        return fold(cls, *_consts(args), **{k: v.as_python_constant() for k, v in kwargs.items()})
+    if cls is torch.no_grad:
+        return V.GradModeVariable(False)
+    if cls is torch.enable_grad:
+        return V.GradModeVariable(True)
+    if cls is torch.set_grad_enabled:
+        mode = (args[0] if args else kwargs["mode"]).as_python_constant()
+        prev = tx.output.grad_enabled
+        tx.output.set_grad_enabled(bool(mode))
+        return V.GradModeVariable(bool(mode), prev=prev)
+    if cls is functools.partial:
+        return V.PartialVariable(args[0], list(args[1:]), dict(kwargs))
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        defaults = getattr(cls, "_field_defaults", {})
+        values = dict(zip(cls._fields, args))
+        values.update(kwargs)
+        missing = [f for f in cls._fields if f not in values and f not in defaults]
+        if missing:
+            raise Unsupported(f"{cls.__name__}() missing fields {missing}")
+        items = [
+            values[f] if f in values else tx.output.wrap(defaults[f], None) for f in cls._fields
+        ]
+        return V.TupleVariable(items, cls=cls, fields=tuple(cls._fields))
+    if (
+        dataclasses.is_dataclass(cls)
+        and not hasattr(cls, "__post_init__")
+        and cls.__dataclass_params__.init
+    ):
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        values = dict(zip((f.name for f in fields), args))
+        values.update(kwargs)
+        for f in fields:
+            if f.name not in values:
+                if f.default is dataclasses.MISSING:
+                    raise Unsupported(
+                        f"{cls.__name__}() without field {f.name} (default factories are not traced)"
+                    )
+                values[f.name] = tx.output.wrap(f.default, None)
+        return V.UserObjectVariable(None, cls=cls, attrs=values)
+    if _is_plain_user_class(cls):
+        obj = V.UserObjectVariable(None, cls=cls)
+        init = V._class_lookup(cls, "__init__")
+        if isinstance(init, types.FunctionType):
+            tx.inline_call(init, [obj, *args], kwargs)
+        elif args or kwargs:
+            raise Unsupported(f"{cls.__name__}() takes no arguments")
+        return obj
+    if issubclass(cls, BaseException):
+        raise Unsupported(f"raising {cls.__name__}")
+    if issubclass(cls, torch.nn.Module):
+        raise Unsupported(f"creating a {cls.__name__} module inside the compiled function")
+    raise Unsupported(f"constructing a {cls.__qualname__} object")

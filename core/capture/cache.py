@@ -1,0 +1,279 @@
+"""Per-code-object cache and the dispatch wrapper that ``optimize`` returns.
+
+There is no PEP 523 frame hook without ``torch._dynamo``, so interception
+is a Python wrapper: it binds the call to the frame's locals, runs the
+guard function of each cache entry of the code object in order, and calls
+the first passing entry's transformed function. No entry passes: capture
+a new one (up to ``config.cache_size_limit``, then run eagerly and say why
+once). Functions sharing a code object share its cache; entries are also
+kept per capture configuration (backend, fullgraph), so two compiles of
+one function with different backends do not mix; ``cache_size_limit``
+applies to each.
+
+The hot path is: a length check, a loop over the entries, one guard call,
+one ``Counter`` increment (``counters["cache"]["hits"]``) and the call.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import logging
+import types
+from collections.abc import Callable
+from typing import Any
+
+from torchkiln import config, logs
+from torchkiln.capture.capture import CacheEntry, capture_frame
+from torchkiln.capture.signature import call_original_source, dispatch_source
+from torchkiln.exc import NotImplementedYet, RecompileLimitExceeded
+
+log = logging.getLogger("torchkiln")
+
+
+class KilnCounter(collections.Counter):
+    """A ``Counter`` whose ``c[k] += 1`` stays in C.
+
+    ``Counter`` defines ``__delitem__`` in Python, which routes every item
+    assignment through Python too (3x slower); the cache-hit count is on
+    the hot path of every call. ``del c[k]`` raises for a missing key.
+    """
+
+    __delitem__ = dict.__delitem__
+
+
+#: ``counters[group][name]``, in the shape of torch's; cleared by ``reset()``.
+counters: collections.defaultdict[str, collections.Counter] = collections.defaultdict(KilnCounter)
+_cache_counter = counters["cache"]
+
+
+class CaptureConfig:
+    """The backend and fullgraph flag an entry was captured with (canonical: compared by identity)."""
+
+    __slots__ = ("compile_graph", "fullgraph")
+
+    def __init__(self, compile_graph: Callable, fullgraph: bool):
+        self.compile_graph = compile_graph
+        self.fullgraph = fullgraph
+
+
+_configs: list[CaptureConfig] = []
+
+
+def config_for(compile_graph: Callable, fullgraph: bool) -> CaptureConfig:
+    for cfg in _configs:
+        if cfg.fullgraph == fullgraph and (
+            cfg.compile_graph is compile_graph or cfg.compile_graph == compile_graph
+        ):
+            return cfg
+    cfg = CaptureConfig(compile_graph, fullgraph)
+    _configs.append(cfg)
+    return cfg
+
+
+class FrameCache:
+    """The entries of one code object, per capture configuration: ``(guard, run)`` for dispatch."""
+
+    def __init__(self, code: types.CodeType):
+        self.code = code
+        self.by_config: dict[CaptureConfig, list[tuple[Callable, Callable]]] = {}
+        self.details: dict[CaptureConfig, list[CacheEntry]] = {}
+        self.limit_logged = False
+        ns: dict = {}
+        exec(call_original_source(code, "___call_original"), ns)
+        self.call_original = ns["___call_original"]
+
+    def entries(self, cfg: CaptureConfig) -> list[tuple[Callable, Callable]]:
+        """The dispatch list for ``cfg`` (the same list object for the cache's lifetime)."""
+        entries = self.by_config.get(cfg)
+        if entries is None:
+            entries = self.by_config[cfg] = []
+            self.details[cfg] = []
+        return entries
+
+    def add(self, entry: CacheEntry, cfg: CaptureConfig) -> None:
+        self.entries(cfg).append((entry.guard, entry.run))
+        self.details[cfg].append(entry)
+
+    def all_entries(self) -> list[CacheEntry]:
+        return [entry for entries in self.details.values() for entry in entries]
+
+    def clear(self) -> None:
+        for entries in self.by_config.values():
+            entries.clear()
+        for details in self.details.values():
+            details.clear()
+        self.limit_logged = False
+
+
+_caches: dict[types.CodeType, FrameCache] = {}
+
+#: Called with every new ``CacheEntry`` (``explain`` listens here).
+entry_listeners: list[Callable[[CacheEntry], None]] = []
+
+
+def frame_cache(code: types.CodeType) -> FrameCache:
+    cache = _caches.get(code)
+    if cache is None:
+        cache = _caches[code] = FrameCache(code)
+    return cache
+
+
+def reset() -> None:
+    """Clear every cache entry and counter (wrappers stay valid and recapture)."""
+    for cache in _caches.values():
+        cache.clear()
+    for counter in counters.values():
+        counter.clear()
+    _configs.clear()
+    _logged_breaks.clear()
+    from torchkiln.capture.resume import clear_resume_codes
+
+    clear_resume_codes()
+
+
+def where(code: types.CodeType) -> str:
+    return f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+
+
+_logged_breaks: set[tuple[str, str | None]] = set()
+
+
+def log_break(reason: str, location: str | None, kind: str) -> None:
+    """``TORCHKILN_LOGS=graph_breaks``: each distinct break once, with reason and source line."""
+    if (reason, location) not in _logged_breaks:
+        _logged_breaks.add((reason, location))
+        logs.artifact("graph_breaks", "%s: %s at %s", kind, reason, location or "<unknown>")
+
+
+def on_miss(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args: tuple) -> Any:
+    """No entry matched: recompile (or hit the limit and run eagerly)."""
+    counters["cache"]["misses"] += 1
+    cache.entries(cfg)
+    previous = cache.details[cfg]
+    if len(previous) >= config.cache_size_limit:
+        reason = _failed_guard(previous[-1], fn, args)
+        message = (
+            f"{where(cache.code)} hit config.cache_size_limit={config.cache_size_limit}; "
+            f"last failing guard: {reason}"
+        )
+        if config.error_on_recompile_limit:
+            raise RecompileLimitExceeded(message)
+        counters["eager_fallback"]["cache_size_limit"] += 1
+        if not cache.limit_logged:
+            cache.limit_logged = True
+            log.warning("%s; running it eagerly for new inputs", message)
+        return cache.call_original(fn, *args)
+    if previous:
+        counters["recompiles"]["total"] += 1
+        if logs.enabled("recompiles"):
+            reasons = "; ".join(_failed_guard(e, fn, args) for e in previous)
+            logs.artifact("recompiles", "recompiling %s: %s", where(cache.code), reasons)
+    counters["frames"]["total"] += 1
+    entry = capture_frame(fn, args, cfg)
+    cache.add(entry, cfg)
+    for listener in entry_listeners:
+        listener(entry)
+    for reason in entry.break_reasons:
+        counters["graph_break"][reason.reason] += 1
+        log_break(reason.reason, reason.location, "graph break")
+    if entry.eager_reason is not None:
+        counters["eager_fallback"][entry.eager_reason.reason] += 1
+        log_break(
+            entry.eager_reason.reason,
+            entry.eager_reason.location,
+            f"running {cache.code.co_name} eagerly",
+        )
+    else:
+        counters["frames"]["ok"] += 1
+    return entry.run(fn, *args)
+
+
+def _failed_guard(entry: CacheEntry, fn: types.FunctionType, args: tuple) -> str:
+    return entry.first_failure(fn, *args) or "guards passed (entry for another configuration)"
+
+
+def run_frame(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args: tuple) -> Any:
+    """Dispatch one call whose frame locals are already bound (resume functions)."""
+    for guard, run in cache.entries(cfg):
+        try:
+            ok = guard(fn, *args)
+        except Exception:
+            ok = False
+        if ok:
+            _cache_counter["hits"] += 1
+            return run(fn, *args)
+    return on_miss(fn, cfg, cache, args)
+
+
+def dispatcher(
+    fn: types.FunctionType, cfg: CaptureConfig, bound_self: Any = None, bound: bool = False
+) -> Callable[..., Any]:
+    """The per-call fast path for ``fn`` (generated: see ``signature.dispatch_source``)."""
+    cache = frame_cache(fn.__code__)
+    ns = {
+        "___entries": cache.entries(cfg),
+        "___fn": fn,
+        "___self": bound_self,
+        "___cfg": cfg,
+        "___cache": cache,
+        "___hits": _cache_counter,
+        "___on_miss": on_miss,
+    }
+    exec(
+        compile(
+            dispatch_source(fn.__code__, bound),
+            f"<torchkiln dispatch {where(fn.__code__)}>",
+            "exec",
+        ),
+        ns,
+    )
+    dispatch = ns["___dispatch"]
+    defaults = fn.__defaults__
+    if bound and defaults and len(defaults) == fn.__code__.co_argcount:
+        defaults = defaults[1:]
+    dispatch.__defaults__ = defaults
+    dispatch.__kwdefaults__ = fn.__kwdefaults__
+    return dispatch
+
+
+def optimize(
+    fn: Callable,
+    *,
+    compile_graph: Callable,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+) -> Callable:
+    """A callable that behaves like ``fn`` and runs captured graphs through ``compile_graph``.
+
+    ``fn`` may be a function, a bound method (``self`` becomes the first
+    frame local, guarded by identity when it is a module) or a callable
+    object (its ``__call__``). Tensors the frame reads are lifted as graph
+    inputs, parameters and buffers included: ``compile_graph(gm,
+    example_inputs)`` gets their real values from the first call.
+    """
+    if dynamic:
+        raise NotImplementedYet(
+            "dynamic=True (symbolic shapes) is not built yet; use dynamic=None or False"
+        )
+    cfg = config_for(compile_graph, fullgraph)
+    target = getattr(fn, "_torchkiln_original", fn)
+    bound_self = None
+    if isinstance(target, types.MethodType):
+        bound_self, target = target.__self__, target.__func__
+    elif not isinstance(target, types.FunctionType) and callable(target):
+        call = getattr(type(target), "forward" if hasattr(target, "forward") else "__call__", None)
+        if isinstance(call, types.FunctionType):
+            bound_self, target = target, call
+    if not isinstance(target, types.FunctionType):
+        raise TypeError(
+            f"torchkiln can only compile Python functions, methods and callables, not {fn!r}"
+        )
+    if inspect.iscoroutinefunction(target) or inspect.isgeneratorfunction(target):
+        raise NotImplementedYet(f"compiling generator or coroutine function {target.__qualname__}")
+    wrapper = dispatcher(target, cfg, bound_self, bound=bound_self is not None)
+    if hasattr(fn, "__name__"):
+        wrapper = functools.wraps(fn)(wrapper)
+    wrapper._torchkiln_original = fn  # type: ignore[attr-defined]
+    return wrapper

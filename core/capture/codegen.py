@@ -1,0 +1,174 @@
+"""The transformed frame, generated as Python source you can read.
+
+``FrameCodegen`` turns trackers back into Python expressions
+(``reconstruct``): tensors the graph computed become ``___o[i]`` (and graph
+outputs), values with a source are read through it, new containers are
+rebuilt literally. The transformed function then is::
+
+    def ___transformed(___fn, L_x, ...):
+        ___o = ___graph(L_x, L_self._parameters['weight'], ...)  # lifted inputs
+        ___t0 = <every value needed, read before anything is mutated>
+        <side effects replayed in program order>
+        return ___t0            # or: the eager middle and a resume call
+
+``TORCHKILN_LOGS=bytecode`` prints it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+from typing import Any
+
+import torch
+
+from torchkiln.capture import variables as V
+from torchkiln.capture.guards import GuardSet
+from torchkiln.capture.output_graph import OutputGraph
+from torchkiln.exc import Unsupported
+
+_LITERAL_TYPES = (int, str, bool, type(None), bytes)
+
+
+class FrameCodegen:
+    """Collects graph outputs and Python statements for one transformed function."""
+
+    def __init__(self, output: OutputGraph, guards: GuardSet):
+        self.output = output
+        self.guards = guards
+        self.graph_outputs: list[torch.fx.Node] = []
+        self._output_index: dict[torch.fx.Node, int] = {}
+        self.assignments: list[str] = []
+        self.statements: list[str] = []
+
+    def bind(self, value: Any, hint: str = "c") -> str:
+        return self.guards.bind(value, hint)
+
+    def temp(self, expr: str) -> str:
+        """Evaluate ``expr`` now, before any side effect runs; returns the temporary's name."""
+        name = f"___t{len(self.assignments)}"
+        self.assignments.append(f"{name} = {expr}")
+        return name
+
+    def graph_output(self, node: torch.fx.Node) -> str:
+        if node not in self._output_index:
+            self._output_index[node] = len(self.graph_outputs)
+            self.graph_outputs.append(node)
+        return f"___o[{self._output_index[node]}]"
+
+    def reconstruct(self, vt: V.VariableTracker) -> str:
+        """A Python expression that evaluates to the real value ``vt`` stands for."""
+        if isinstance(vt, V.TensorVariable):
+            if vt.node.op == "placeholder":
+                return vt.source
+            return self.graph_output(vt.node)
+        if isinstance(vt, V.ConstantVariable):
+            return self.constant(vt.value)
+        if vt.source is not None and not isinstance(vt, (V.IteratorVariable,)):
+            return vt.source
+        if isinstance(vt, (V.ListVariable, V.TupleVariable, V.DictVariable, V.SetVariable)):
+            return self.literal(vt)
+        if isinstance(vt, V.ValueVariable) and vt.value is not None:
+            return self.bind(vt.value)
+        if isinstance(vt, V.UserObjectVariable):
+            from torchkiln.capture.runtime import make_object
+
+            fields = ", ".join(f"{k!r}: {self.reconstruct(v)}" for k, v in vt.attrs.items())
+            return (
+                f"{self.bind(make_object, 'make_object')}({self.bind(vt.cls, 'cls')}, {{{fields}}})"
+            )
+        if isinstance(vt, V.SliceVariable):
+            return f"slice({', '.join(self.reconstruct(p) for p in vt.parts)})"
+        if isinstance(vt, V.IteratorVariable):
+            return f"iter([{', '.join(self.reconstruct(i) for i in vt.remaining())}])"
+        if isinstance(vt, V.UserMethodVariable):
+            return f"{self.bind(types.MethodType)}({self.bind(vt.fn)}, {self.reconstruct(vt.obj)})"
+        if isinstance(vt, V.PartialVariable):
+            args = [self.reconstruct(a) for a in vt.args]
+            kwargs = [f"{k}={self.reconstruct(v)}" for k, v in vt.kwargs.items()]
+            return f"{self.bind(functools.partial)}({', '.join([self.reconstruct(vt.func), *args, *kwargs])})"
+        if isinstance(vt, (V.BoundMethodVariable, V.OpaqueAttributeVariable)):
+            return f"{self.reconstruct(vt.obj)}.{vt.name}"
+        if isinstance(vt, V.GradModeExitVariable):
+            from torchkiln.capture.runtime import GradModeRestore
+
+            return f"{self.bind(GradModeRestore, 'GradModeRestore')}({vt.prev!r})"
+        raise Unsupported(
+            f"cannot rebuild {vt.describe()} after the graph (e.g. a function created in the frame)"
+        )
+
+    def literal(self, vt: V.VariableTracker) -> str:
+        """A fresh container with ``vt``'s current items (ignores its source)."""
+        if isinstance(vt, V.ListVariable):
+            return f"[{', '.join(self.reconstruct(i) for i in vt.items)}]"
+        if isinstance(vt, V.TupleVariable):
+            items = ", ".join(self.reconstruct(i) for i in vt.items)
+            if vt.cls is tuple:
+                return f"({items}{',' if len(vt.items) == 1 else ''})"
+            cls = self.bind(vt.cls, "cls")
+            if hasattr(vt.cls, "_fields"):
+                return f"{cls}({items})"
+            return f"{cls}(({items},))"
+        if isinstance(vt, V.DictVariable):
+            return (
+                "{"
+                + ", ".join(
+                    f"{self.constant(k)}: {self.reconstruct(v)}" for k, v in vt.items.items()
+                )
+                + "}"
+            )
+        if isinstance(vt, V.SetVariable):
+            if not vt.values:
+                return "set()"
+            return "{" + ", ".join(self.constant(v) for v in vt.values) + "}"
+        raise Unsupported(f"cannot rebuild {vt.describe()}")
+
+    def constant(self, value: Any) -> str:
+        if type(value) in _LITERAL_TYPES or (type(value) is float and math.isfinite(value)):
+            return repr(value)
+        return self.bind(value, "v")
+
+    def side_effects(self) -> None:
+        """Replay mutations of outside objects, values read before any of them runs."""
+        for event in self.output.side_effects.events:
+            kind = event[0]
+            if kind == "container":
+                vt = event[1]
+                new = self.temp(self.literal(vt))
+                if isinstance(vt, V.ListVariable):
+                    self.statements.append(f"{vt.source}[:] = {new}")
+                else:
+                    self.statements.append(f"{vt.source}.clear()")
+                    self.statements.append(f"{vt.source}.update({new})")
+            elif kind == "attr":
+                _, obj, name, value = event
+                self.statements.append(
+                    f"setattr({obj.source}, {name!r}, {self.temp(self.reconstruct(value))})"
+                )
+            elif kind == "cell":
+                _, contents_expr, value = event
+                self.statements.append(f"{contents_expr} = {self.temp(self.reconstruct(value))}")
+            elif kind == "global":
+                _, globals_expr, name, value = event
+                self.statements.append(
+                    f"{globals_expr}[{name!r}] = {self.temp(self.reconstruct(value))}"
+                )
+
+    def grad_mode_statements(self) -> list[str]:
+        """Leave grad mode as the frame left it, whatever the backend did with the graph's switches."""
+        if self.output.grad_enabled == self.output.initial_grad_enabled:
+            return []
+        return [
+            f"{self.bind(torch._C._set_grad_enabled, 'set_grad')}({self.output.grad_enabled!r})"
+        ]
+
+    def function_source(self, params: str, graph_args: list[str] | None, tail: list[str]) -> str:
+        """The whole transformed function; ``graph_args`` None: no graph to call; ``tail`` ends it."""
+        lines = [f"def ___transformed({params}):"]
+        if graph_args is not None:
+            lines.append(f"    ___o = ___graph({', '.join(graph_args)})")
+        lines += [f"    {s}" for s in self.assignments]
+        lines += [f"    {s}" for s in self.statements]
+        lines += [f"    {s}" for s in tail]
+        return "\n".join(lines) + "\n"

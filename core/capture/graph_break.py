@@ -1,0 +1,278 @@
+"""Graph breaks: compiled prefix, eager middle, resume function for the rest.
+
+When the translator hits ``Unsupported`` at root instruction ``k`` (also
+when the failure is deep inside a call inlined at ``k``), the frame is
+translated again and stopped just before ``k``. The entry's transformed
+function then:
+
+1. calls the graph captured so far and replays the side effects made
+   before ``k`` (in program order);
+2. rebuilds the live stack and the bound locals;
+3. runs ``k`` natively: a call (a plain Python callee goes through its own
+   dispatch wrapper, so its inside is compiled too), an operator, f-string
+   formatting, attribute or item store (``_native_step``), or a
+   data-dependent jump on a tensor (``if tensor:``), choosing the resume
+   function of the branch taken;
+4. calls the resume function (``resume.py``) through the dispatcher: it is
+   captured and cached under its own code object, like any frame.
+
+If the native call raises inside a ``try`` or ``with`` block, the
+exception is handed to the frame's own handler: a resume function that
+starts at the handler runs it natively (``finally`` bodies, ``__exit__``).
+Any other instruction resumes *at* ``k`` in a resume function that runs
+uncompiled: the prefix is still compiled and the result is still right.
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any
+
+import torch
+
+from torchkiln.capture import bytecode_compat as bc
+from torchkiln.capture import variables as V
+from torchkiln.capture.builder import is_stdlib
+from torchkiln.capture.capture import CacheEntry, compile_graph_of, finish_entry, translate
+from torchkiln.capture.codegen import FrameCodegen
+from torchkiln.capture.resume import ITER, NULL, VALUE, handler_at, resume_code
+from torchkiln.capture.signature import params_text
+from torchkiln.exc import Unsupported
+
+_CALLS = ("CALL", "CALL_FUNCTION_EX")
+_JUMPS = ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE")
+
+
+class ResumeCall:
+    """Calls a resume function with the parent frame's globals and closure, through dispatch."""
+
+    def __init__(self, code: types.CodeType, cfg: Any, compiled: bool):
+        from torchkiln.capture.cache import frame_cache
+
+        self.code = code
+        self.cfg = cfg
+        self.compiled = compiled
+        self.cache = frame_cache(code)
+        self._last: tuple | None = None
+
+    def __call__(self, parent: types.FunctionType, *args: Any) -> Any:
+        from torchkiln.capture.cache import run_frame
+
+        last = self._last
+        if last is not None and last[0] is parent.__globals__ and last[1] is parent.__closure__:
+            fn = last[2]
+        else:
+            fn = types.FunctionType(
+                self.code, parent.__globals__, self.code.co_name, None, parent.__closure__
+            )
+            self._last = (parent.__globals__, parent.__closure__, fn)
+        if not self.compiled:
+            return fn(*args)
+        return run_frame(fn, self.cfg, self.cache, args)
+
+
+class CallThroughDispatch:
+    """Runs the call a graph broke at; Python callees go through their own dispatch wrapper."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.wrappers: dict[types.CodeType, Any] = {}
+
+    def __call__(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from torchkiln.capture.cache import dispatcher
+
+        target, bound = fn, ()
+        if isinstance(fn, torch.nn.Module) and not (fn._forward_hooks or fn._forward_pre_hooks):
+            target, bound = type(fn).forward, (fn,)
+        elif isinstance(fn, types.MethodType):
+            target, bound = fn.__func__, (fn.__self__,)
+        module = getattr(target, "__module__", None) or ""
+        if (
+            not isinstance(target, types.FunctionType)
+            or module.startswith("torch")
+            or is_stdlib(module)
+        ):
+            return fn(*args, **kwargs)
+        key = (target, id(target.__globals__))
+        wrapper = self.wrappers.get(key)
+        if wrapper is None:
+            wrapper = self.wrappers[key] = (target, dispatcher(target, self.cfg))
+        return wrapper[1](*bound, *args, **kwargs)
+
+
+def capture_with_break(
+    fn: types.FunctionType, args: tuple, cfg: Any, steps: int, error: Unsupported
+) -> CacheEntry | None:
+    """Translate again up to root step ``steps`` and break the graph there; None if that fails."""
+    try:
+        trace = translate(fn, args, break_step=steps)
+        if trace.return_value is not None:
+            return None
+        return _break_entry(fn, trace, cfg, error)
+    except Unsupported:
+        return None
+
+
+def _break_entry(fn: types.FunctionType, trace: Any, cfg: Any, error: Unsupported) -> CacheEntry:
+    code = fn.__code__
+    tx = trace.translator
+    inst = tx.instructions[tx.ip]
+    op = bc.opname(inst)
+    codegen = FrameCodegen(trace.output, trace.guards)
+    kinds, slots = [], []
+    for vt in tx.stack:
+        if vt is V.NULL:
+            kinds.append(NULL)
+            slots.append(None)
+        elif isinstance(vt, V.IteratorVariable):
+            kinds.append(ITER)
+            slots.append(
+                codegen.temp(f"[{', '.join(codegen.reconstruct(i) for i in vt.remaining())}]")
+            )
+        else:
+            kinds.append(VALUE)
+            slots.append(codegen.temp(codegen.reconstruct(vt)))
+    local_names = tuple(
+        n for n in code.co_varnames if n in tx.locals and not n.startswith(("___stack", "___cell_"))
+    )
+    local_values = [codegen.temp(codegen.reconstruct(tx.locals[name])) for name in local_names]
+    cell_names = tuple(
+        n
+        for n in code.co_cellvars
+        if isinstance(tx.cells.get(n), V.CellVariable) and tx.cells[n].contents is not None
+    )
+    local_values += [codegen.temp(codegen.reconstruct(tx.cells[n].contents)) for n in cell_names]
+    codegen.side_effects()
+    tail = codegen.grad_mode_statements()
+    next_offset = tx.instructions[tx.ip + 1].offset if tx.ip + 1 < len(tx.instructions) else None
+    handler = handler_at(code, inst.offset)
+
+    def resume_call(offset: int, stack_kinds: list[str], values: list[str], compiled: bool) -> str:
+        layout = resume_code(code, offset, tuple(stack_kinds), local_names, cell_names)
+        resume = ResumeCall(layout, cfg, compiled)
+        name = codegen.bind(resume, "resume")
+        passed = [v for v, k in zip(values, stack_kinds) if k != NULL]
+        return f"return {name}(___fn, {', '.join([*passed, *local_values])})"
+
+    step = _native_step(tx, inst, slots, codegen, CallThroughDispatch(cfg))
+    if step is not None and next_offset is not None:
+        below, statement, pushes = step
+        if handler is None:
+            tail.append(statement)
+        else:  # the exception goes to the frame's own handler, run natively
+            depth = handler.depth
+            pushed = [str(inst.offset // 2)] if handler.lasti else []
+            tail += ["try:", f"    {statement}", "except BaseException as ___e:"]
+            tail.append(
+                "    "
+                + resume_call(
+                    handler.target.origin,
+                    [*kinds[:depth], *[VALUE] * (len(pushed) + 1)],
+                    [*slots[:depth], *pushed, "___e"],
+                    False,
+                )
+            )
+        result = ["___r"] if pushes else []
+        tail.append(
+            resume_call(
+                next_offset,
+                [*kinds[:below], *[VALUE] * len(result)],
+                [*slots[:below], *result],
+                True,
+            )
+        )
+    elif op in _JUMPS and isinstance(tx.stack[-1], V.TensorVariable) and next_offset is not None:
+        jump_when_true = op == "POP_JUMP_IF_TRUE"
+        tail.append(f"if {'' if jump_when_true else 'not '}{slots[-1]}:")
+        tail.append("    " + resume_call(inst.argval, kinds[:-1], slots[:-1], True))
+        tail.append(resume_call(next_offset, kinds[:-1], slots[:-1], True))
+    else:
+        tail.append(resume_call(inst.offset, kinds, slots, False))
+    graph_args, graphs = compile_graph_of(trace, codegen, cfg.compile_graph)
+    source = codegen.function_source(params_text(code), graph_args, tail)
+    return finish_entry(fn, trace, codegen, source, graphs=graphs, break_reasons=[error])
+
+
+_UNARY = {"UNARY_NEGATIVE": "-", "UNARY_INVERT": "~", "UNARY_NOT": "not "}
+
+
+def _native_step(
+    tx: Any, inst: Any, slots: list, codegen: FrameCodegen, call_through: CallThroughDispatch
+) -> tuple[int, str, bool] | None:
+    """How to run the breaking instruction natively: (stack slots left below it, a statement
+    that sets ``___r`` or has the instruction's effect, whether it pushes ``___r``); None if unknown.
+    """
+    op = bc.opname(inst)
+    n = len(slots)
+    if op in _CALLS:
+        below, call = _native_call(tx, inst, slots, codegen.bind(call_through, "call"))
+        return below, f"___r = {call}", True
+    if op == "FORMAT_VALUE":
+        has_spec = bool(inst.arg & 0x04)
+        conversion = ("", "str", "repr", "ascii")[inst.arg & 0x03]
+        value = slots[n - 1 - has_spec]
+        value = f"{conversion}({value})" if conversion else value
+        return (
+            n - 1 - has_spec,
+            f"___r = format({value}, {slots[n - 1] if has_spec else repr('')})",
+            True,
+        )
+    if op == "BUILD_STRING":
+        return n - inst.arg, f"___r = ''.join([{', '.join(slots[n - inst.arg :])}])", True
+    if op in _UNARY:
+        return n - 1, f"___r = {_UNARY[op]}{slots[-1]}", True
+    if op == "LOAD_ATTR" and not bc.load_attr_is_method(inst):
+        return n - 1, f"___r = {slots[-1]}.{inst.argval}", True
+    if op == "STORE_ATTR":
+        return n - 2, f"{slots[-1]}.{inst.argval} = {slots[-2]}", False
+    if op == "STORE_SUBSCR":
+        return n - 3, f"{slots[-2]}[{slots[-1]}] = {slots[-3]}", False
+    a, b = slots[-2:] if n >= 2 else (None, None)
+    if op == "BINARY_OP":
+        symbol = bc.BINARY_OPS[inst.arg]
+        if symbol.endswith("=") and symbol not in ("==", "!=", "<=", ">="):
+            fn = codegen.bind(getattr(operator, "i" + _INPLACE[symbol[:-1]]), "op")
+            return n - 2, f"___r = {fn}({a}, {b})", True
+        return n - 2, f"___r = {a} {symbol} {b}", True
+    binary = {
+        "COMPARE_OP": f"{a} {inst.argval} {b}",
+        "BINARY_SUBSCR": f"{a}[{b}]",
+        "CONTAINS_OP": f"{a} {'not in' if inst.arg else 'in'} {b}",
+        "IS_OP": f"{a} {'is not' if inst.arg else 'is'} {b}",
+    }
+    if op in binary:
+        return n - 2, f"___r = {binary[op]}", True
+    return None
+
+
+_INPLACE = {
+    "+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod", "**": "pow",
+    "@": "matmul", "&": "and", "|": "or", "^": "xor", "<<": "lshift", ">>": "rshift",
+}  # fmt: skip
+
+
+def _native_call(tx: Any, inst: Any, slots: list, caller: str) -> tuple[int, str]:
+    """(stack slots left below the call, the call expression) for ``CALL``/``CALL_FUNCTION_EX``."""
+    stack = tx.stack
+    if bc.opname(inst) == "CALL_FUNCTION_EX":
+        has_kwargs = bool(inst.arg & 1)
+        top = len(stack) - 1
+        kwargs = f", **{slots[top]}" if has_kwargs else ""
+        top -= has_kwargs
+        args, fn = slots[top], slots[top - 1]
+        below = top - 1
+        if below > 0 and stack[below - 1] is V.NULL:
+            below -= 1
+        return below, f"{caller}({fn}, *{args}{kwargs})"
+    n = inst.arg
+    base = len(stack) - n - 2
+    args = slots[len(stack) - n :]
+    if stack[base] is V.NULL:
+        fn = slots[base + 1]
+    else:
+        fn, args = slots[base], [slots[base + 1], *args]
+    names = tx.kw_names
+    positional = args[: len(args) - len(names)]
+    keywords = [f"{k}={v}" for k, v in zip(names, args[len(args) - len(names) :])]
+    return base, f"{caller}({', '.join([fn, *positional, *keywords])})"

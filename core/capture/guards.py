@@ -1,0 +1,211 @@
+"""Guards: what must hold for a cache entry to be valid, generated as straight-line Python.
+
+Capture records one guard per assumption (a type, an identity, a constant,
+a tensor's metadata, grad mode...) as a Python boolean expression over the
+entry's sources. ``GuardSet.compile`` turns them into two functions that
+share one namespace with the transformed code:
+
+- ``guard(___fn, *locals) -> bool``: every check ``and``-ed, cheapest first;
+  it runs on every call, so it is one expression and nothing else;
+- ``first_failure(___fn, *locals) -> str | None``: the same checks one by one,
+  run only on a cache miss to say which guard failed (``recompiles`` log).
+
+Add a guard kind by adding a method to ``GuardSet`` that emits an expression.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torchkiln import config
+
+#: Cost classes: guards run in this order so that cheap checks fail first.
+COST_TYPE, COST_ID, COST_VALUE, COST_TENSOR, COST_GLOBAL_STATE = range(5)
+
+
+@dataclass(frozen=True)
+class Guard:
+    expr: str
+    cost: int
+    description: str
+
+
+class GuardSet:
+    """The guards of one entry; ``ns`` is the namespace shared with the transformed code."""
+
+    def __init__(self, ns: dict[str, Any]):
+        self.ns = ns
+        self.guards: dict[str, Guard] = {}
+        self._bound: dict[int, str] = {}
+        self._sources: set[str] = set()
+
+    def bind(self, value: Any, hint: str = "c") -> str:
+        """A name in ``ns`` holding ``value`` (reused for the same object)."""
+        name = self._bound.get(id(value))
+        if name is None or self.ns[name] is not value:
+            name = f"___{hint}{len(self.ns)}"
+            self.ns[name] = value
+            self._bound[id(value)] = name
+        return name
+
+    def add(self, expr: str, cost: int, description: str) -> None:
+        if expr not in self.guards:
+            self.guards[expr] = Guard(expr, cost, description)
+
+    def type_is(self, source: str, cls: type) -> None:
+        self._sources.add(source)
+        self.add(
+            f"type({source}) is {self.bind(cls, 'T')}",
+            COST_TYPE,
+            f"type({source}) is {cls.__qualname__}",
+        )
+
+    def identity(self, source: str, value: Any) -> None:
+        self._sources.add(source)
+        what = getattr(value, "__qualname__", None) or type(value).__name__
+        self.add(
+            f"{source} is {self.bind(value, 'id')}", COST_ID, f"{source} is the same {what} object"
+        )
+
+    def constant(self, source: str, value: Any) -> None:
+        self._sources.add(source)
+        if value is None or isinstance(value, (bool, enum.Enum)) or value is Ellipsis:
+            if isinstance(value, enum.Enum):
+                self.identity(source, value)
+                return
+            self.add(f"{source} is {value!r}", COST_ID, f"{source} is {value!r}")
+            return
+        self.type_is(source, type(value))
+        if isinstance(value, (int, str, bytes)) or (
+            isinstance(value, float) and math.isfinite(value)
+        ):
+            self.add(f"{source} == {value!r}", COST_VALUE, f"{source} == {value!r}")
+        elif isinstance(value, float) and value != value:
+            self.add(f"{source} != {source}", COST_VALUE, f"{source} is nan")
+        else:
+            self.add(f"{source} == {self.bind(value, 'v')}", COST_VALUE, f"{source} == {value!r}")
+
+    def length(self, source: str, n: int) -> None:
+        self.add(f"len({source}) == {n}", COST_VALUE, f"len({source}) == {n}")
+
+    def dict_keys(self, source: str, keys: list) -> None:
+        self.add(f"list({source}) == {keys!r}", COST_VALUE, f"keys of {source} are {keys!r}")
+
+    def module(self, source: str, module: torch.nn.Module) -> None:
+        self._sources.add(source)
+        self.identity(source, module)
+        self.add(
+            f"{source}.training is {module.training!r}",
+            COST_VALUE,
+            f"{source}.training is {module.training!r}",
+        )
+
+    def tensor(self, source: str, t: torch.Tensor) -> None:
+        """Type, dtype, device, requires_grad, sizes and (``config.guard_strides``) strides."""
+        self._sources.add(source)
+        self.type_is(source, type(t))
+        self.add(
+            f"{source}.dtype is {self.bind(t.dtype, 'dtype')}",
+            COST_TENSOR,
+            f"{source}.dtype is {t.dtype}",
+        )
+        self.add(
+            _device_check(source, t.device, self), COST_TENSOR, f"{source}.device == {t.device}"
+        )
+        self.add(
+            f"{source}.requires_grad is {t.requires_grad!r}",
+            COST_TENSOR,
+            f"{source}.requires_grad is {t.requires_grad!r}",
+        )
+        size = tuple(t.shape)
+        self.add(f"{source}.size() == {size!r}", COST_TENSOR, f"{source}.size() == {size}")
+        if config.guard_strides:
+            stride = tuple(t.stride())
+            self.add(
+                f"{source}.stride() == {stride!r}", COST_TENSOR, f"{source}.stride() == {stride}"
+            )
+
+    def grad_mode(self, enabled: bool) -> None:
+        fn = self.bind(torch.is_grad_enabled, "grad")
+        expr = f"{fn}()" if enabled else f"not {fn}()"
+        self.add(expr, COST_GLOBAL_STATE, f"grad mode is {'enabled' if enabled else 'disabled'}")
+
+    def default_dtype(self) -> None:
+        dtype = torch.get_default_dtype()
+        fn = self.bind(torch.get_default_dtype, "default_dtype")
+        self.add(
+            f"{fn}() is {self.bind(dtype, 'dtype')}", COST_GLOBAL_STATE, f"default dtype is {dtype}"
+        )
+
+    def ordered(self) -> list[Guard]:
+        return sorted(self.guards.values(), key=lambda g: g.cost)
+
+    def hoisted_exprs(self) -> list[str]:
+        """The ordered guard expressions, each long source read once: ``(___h0 := L_self._modules['a'])``.
+
+        Later guards (and longer sources that start with a hoisted one) use
+        the name; guards run in order and stop at the first failure, so a
+        name is always assigned before it is read.
+        """
+        names: dict[str, str] = {}
+        exprs = []
+        for guard in self.ordered():
+            expr = _replace_sources(guard.expr, names)
+            for source in sorted(self._sources, key=len):
+                if source in names or not ("." in source or "[" in source):
+                    continue
+                rewritten = _replace_sources(source, names)
+                pattern = re.escape(rewritten) + r"(?!\w)"
+                if re.search(pattern, expr):
+                    name = f"___h{len(names)}"
+                    expr = re.sub(
+                        pattern, lambda _, n=name, r=rewritten: f"({n} := {r})", expr, count=1
+                    )
+                    expr = re.sub(pattern, name, expr)
+                    names[source] = name
+            exprs.append(expr)
+        return exprs
+
+    def source(self, params: str) -> str:
+        """The text of the guard and first-failure functions (``TORCHKILN_LOGS=guards``)."""
+        exprs = self.hoisted_exprs()
+        body = "\n        and ".join(exprs) or "True"
+        lines = [f"def ___guard({params}):", f"    return (\n        {body}\n    )", ""]
+        lines.append(f"def ___first_failure({params}):")
+        for i, expr in enumerate(exprs):
+            lines.append("    try:")
+            lines.append(f"        if not ({expr}):")
+            lines.append(f"            return ___descriptions[{i}]")
+            lines.append("    except Exception as e:")
+            lines.append(f"        return ___descriptions[{i}] + f' (raised {{type(e).__name__}})'")
+        lines.append("    return None")
+        return "\n".join(lines) + "\n"
+
+    def compile(self, params: str, filename: str) -> tuple[Any, Any, str]:
+        """Generate both functions; returns ``(guard, first_failure, source text)``."""
+        text = self.source(params)
+        self.ns["___descriptions"] = [g.description for g in self.ordered()]
+        exec(compile(text, filename, "exec"), self.ns)
+        return self.ns["___guard"], self.ns["___first_failure"], text
+
+
+def _replace_sources(expr: str, names: dict[str, str]) -> str:
+    """``expr`` with every hoisted source (longest first) replaced by its name."""
+    for source in sorted(names, key=len, reverse=True):
+        expr = re.sub(re.escape(source) + r"(?!\w)", names[source], expr)
+    return expr
+
+
+def _device_check(source: str, device: torch.device, guards: GuardSet) -> str:
+    """The cheapest exact device test: ``is_cpu`` / ``get_device()`` avoid building a device object."""
+    if device.type == "cpu":
+        return f"{source}.is_cpu"
+    if device.type == "cuda" and device.index is not None:
+        return f"({source}.is_cuda and {source}.get_device() == {device.index})"
+    return f"{source}.device == {guards.bind(device, 'dev')}"

@@ -1,0 +1,405 @@
+"""The state one capture builds: the FX graph, its inputs, guards and side effects.
+
+``OutputGraph`` is shared by the root frame and every inlined call. It turns
+real values into variable trackers (``wrap``, with the guards each value
+needs), adds torch operations to the graph (``call_op``, run on fake tensors
+to learn the result's metadata), and records the mutations of pre-existing
+Python objects (``side_effects``) so that the transformed code replays them.
+
+Tensors reached through a source (arguments, globals, closure cells, module
+parameters and buffers) are **lifted as graph inputs**: the graph's
+placeholders, in order, are ``inputs`` and the backend's example inputs are
+their real values on the first call (parameters included).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import types
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from torchkiln.capture import variables as V
+from torchkiln.capture.guards import GuardSet
+from torchkiln.exc import Unsupported
+
+#: Tensor attributes that are themselves tensors (views), put in the graph as ``getattr``.
+TENSOR_VALUED_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+
+#: Tensor methods that need the data, not just the metadata: they break the graph.
+DATA_DEPENDENT_METHODS = {
+    "item",
+    "tolist",
+    "numpy",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "data_ptr",
+    "nonzero_static",
+    "backward",
+    "register_hook",
+    "retain_grad",
+    "storage",
+    "untyped_storage",
+}
+
+
+#: ``nn.Module`` methods answered from the real module's structure (guarded by identity).
+MODULE_MEMBER_METHODS = {
+    "parameters", "named_parameters", "buffers", "named_buffers",
+    "children", "named_children", "modules", "named_modules",
+}  # fmt: skip
+
+
+class SideEffects:
+    """Mutations of objects that exist outside the frame, in program order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self._containers: set[int] = set()
+
+    def mutate(self, container: V.VariableTracker) -> None:
+        """A list, dict or set with a source was changed: its final contents are written back."""
+        if container.source is None or id(container) in self._containers:
+            return
+        self._containers.add(id(container))
+        self.events.append(("container", container))
+
+    def store_attr(self, obj: V.VariableTracker, name: str, value: V.VariableTracker) -> None:
+        if obj.source is None:
+            raise Unsupported(f"setattr on {obj.describe()} that has no source")
+        self.events.append(("attr", obj, name, value))
+
+    def store_cell(self, contents_expr: str, value: V.VariableTracker) -> None:
+        self.events.append(("cell", contents_expr, value))
+
+    def store_global(self, globals_expr: str, name: str, value: V.VariableTracker) -> None:
+        self.events.append(("global", globals_expr, name, value))
+
+
+class OutputGraph:
+    """The graph under construction and everything needed to call it later."""
+
+    def __init__(self, guards: GuardSet):
+        self.graph = torch.fx.Graph()
+        self.fake_mode = FakeTensorMode()
+        self.guards = guards
+        self.inputs: list[tuple[str, torch.Tensor, torch.fx.Node]] = []
+        self.side_effects = SideEffects()
+        self.by_id: dict[int, V.VariableTracker] = {}
+        self._keepalive: list[Any] = []
+        self.initial_grad_enabled = torch.is_grad_enabled()
+        self.grad_enabled = self.initial_grad_enabled
+        self.global_overrides: dict[tuple[int, str], V.VariableTracker] = {}
+        self.mutates_inputs = False
+        guards.grad_mode(self.grad_enabled)
+        guards.default_dtype()
+
+    # -- graph building -------------------------------------------------------
+
+    def op_count(self) -> int:
+        return sum(
+            n.op in ("call_function", "call_method", "call_module") for n in self.graph.nodes
+        )
+
+    def add_input(self, value: torch.Tensor, source: str) -> V.TensorVariable:
+        name = re.sub(r"\W+", "_", source.replace("___fn.__globals__", "G")).strip("_") or "input"
+        last = self.inputs[-1][2] if self.inputs else None
+        ctx = (
+            self.graph.inserting_after(last)
+            if last is not None
+            else self.graph.inserting_before(None)
+        )
+        with ctx:
+            node = self.graph.placeholder(name)
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node.meta["example_value"] = fake
+        self.inputs.append((source, value, node))
+        self.guards.tensor(source, value)
+        return V.TensorVariable(node, fake, source)
+
+    def call_op(self, kind: str, target: Any, args: list, kwargs: dict) -> V.VariableTracker:
+        """Run ``target`` on fake tensors; tensors out → a graph node, anything else → a constant."""
+        proxy_args = tuple(to_node(a) for a in args)
+        proxy_kwargs = {k: to_node(v) for k, v in kwargs.items()}
+        fake_args = [to_fake(a) for a in args]
+        fake_kwargs = {k: to_fake(v) for k, v in kwargs.items()}
+        name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                else:
+                    example = target(*fake_args, **fake_kwargs)
+        except Unsupported:
+            raise
+        except Exception as e:
+            if type(e).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
+                raise Unsupported(f"{name} has a data-dependent result ({type(e).__name__})") from e
+            raise Unsupported(f"{name} failed while tracing: {type(e).__name__}: {e}") from e
+        if not _contains_tensor(example) and target is not operator.setitem:
+            if not is_plain_result(example):
+                raise Unsupported(f"{name} returned a {type(example).__name__}")
+            return self.wrap_result(None, example)
+        node = self.graph.create_node(kind, target, proxy_args, proxy_kwargs)
+        node.meta["example_value"] = example
+        if target is operator.setitem and args[0].node.op == "placeholder":
+            self.mutates_inputs = True
+        for arg in args:
+            if isinstance(arg, V.TensorVariable) and arg.example is example:
+                self.mutates_inputs |= arg.node.op == "placeholder"
+                return arg  # in-place op: keep the input's identity
+        return self.wrap_result(node, example)
+
+    def guard_no_aliasing(self) -> None:
+        """A graph that mutates an input is only valid if distinct argument tensors stay distinct."""
+        sources = [source for source, _, _ in self.inputs if source.startswith("L_")]
+        if self.mutates_inputs and len(sources) > 1:
+            ids = ", ".join(f"id({s})" for s in sources)
+            self.guards.add(
+                f"len({{{ids}}}) == {len(sources)}", 3, f"{', '.join(sources)} are distinct tensors"
+            )
+
+    def wrap_result(self, node: torch.fx.Node | None, example: Any) -> V.VariableTracker:
+        if isinstance(example, torch.Tensor):
+            return V.TensorVariable(node, example)
+        if isinstance(example, (tuple, list)) and _contains_tensor(example):
+            items = []
+            for i, item in enumerate(example):
+                sub = None
+                if _contains_tensor(item):
+                    sub = self.graph.call_function(operator.getitem, (node, i))
+                    sub.meta["example_value"] = item
+                items.append(self.wrap_result(sub, item))
+            if isinstance(example, list):
+                return V.ListVariable(items)
+            return V.TupleVariable(items, cls=type(example), fields=_fields_of(example))
+        if V.is_constant_value(example):
+            return V.ConstantVariable(example)
+        if isinstance(example, list):
+            return V.ListVariable([self.wrap_result(None, e) for e in example])
+        raise Unsupported(f"an operation returned a {type(example).__name__}")
+
+    def set_grad_enabled(self, mode: bool) -> None:
+        """Switch grad mode now (for tracing) and in the graph (for running)."""
+        if mode != self.grad_enabled:
+            self.graph.call_function(torch._C._set_grad_enabled, (mode,))
+            torch._C._set_grad_enabled(mode)
+            self.grad_enabled = mode
+
+    # -- tensors ----------------------------------------------------------------
+
+    def tensor_getattr(self, vt: V.TensorVariable, name: str) -> V.VariableTracker:
+        if name in TENSOR_VALUED_ATTRS:
+            return self.call_op("call_function", getattr, [vt, V.ConstantVariable(name)], {})
+        if name in ("grad", "data", "_base", "grad_fn", "_version"):
+            raise Unsupported(f"reading Tensor.{name}")
+        try:
+            attr = getattr(vt.example, name)
+        except AttributeError as e:
+            raise Unsupported(f"Tensor has no attribute {name!r}") from e
+        if callable(attr):
+            return V.BoundMethodVariable(vt, name)
+        if V.is_constant_value(attr):
+            return V.ConstantVariable(attr)
+        raise Unsupported(f"Tensor attribute {name!r} of type {type(attr).__name__}")
+
+    def tensor_method(
+        self, vt: V.TensorVariable, name: str, args: list, kwargs: dict
+    ) -> V.VariableTracker:
+        if name in DATA_DEPENDENT_METHODS:
+            raise Unsupported(f"Tensor.{name}() needs the tensor's data (data-dependent)")
+        if name == "__setitem__":
+            self.call_op("call_function", operator.setitem, [vt, *args], {})
+            return V.ConstantVariable(None)
+        return self.call_op("call_method", name, [vt, *args], kwargs)
+
+    # -- modules ----------------------------------------------------------------
+
+    def module_getattr(
+        self, vt: V.NNModuleVariable, name: str, tx: Any = None
+    ) -> V.VariableTracker:
+        if name in vt.attrs:
+            return vt.attrs[name]
+        module, src = vt.value, vt.source
+        for table in ("_parameters", "_buffers", "_modules"):
+            members = module.__dict__.get(table, {})
+            if name in members:
+                return self.wrap(members[name], f"{src}.{table}[{name!r}]" if src else None)
+        if name in module.__dict__:
+            return self.wrap(module.__dict__[name], f"{src}.{name}" if src else None)
+        if name in MODULE_MEMBER_METHODS:
+            return V.BoundMethodVariable(vt, name)
+        class_attr = V._class_lookup(type(module), name)
+        if isinstance(class_attr, property):
+            return self.wrap(class_attr.fget, None).call(tx, [vt], {})
+        if isinstance(class_attr, types.FunctionType):
+            return V.UserMethodVariable(class_attr, vt)
+        if isinstance(class_attr, staticmethod):
+            return self.wrap(class_attr.__func__, None)
+        if isinstance(class_attr, classmethod):
+            return V.UserMethodVariable(class_attr.__func__, V.ClassVariable(type(module)))
+        if class_attr is V._MISSING:
+            raise Unsupported(f"{type(module).__name__} has no attribute {name!r}")
+        return self.wrap(class_attr, None)
+
+    def call_module(
+        self, tx: Any, vt: V.NNModuleVariable, args: list, kwargs: dict
+    ) -> V.VariableTracker:
+        module = vt.value
+        if module._forward_hooks or module._forward_pre_hooks or _global_hooks():
+            raise Unsupported(f"calling {type(module).__name__} that has forward hooks")
+        if vt.source:
+            self.guards.add(
+                f"not ({vt.source}._forward_hooks or {vt.source}._forward_pre_hooks)",
+                2,
+                f"{vt.source} has no forward hooks",
+            )
+        forward = type(module).forward
+        return tx.inline_call(forward, [vt, *args], kwargs)
+
+    def module_children(self, vt: V.NNModuleVariable) -> list[V.VariableTracker]:
+        module = vt.value
+        if isinstance(module, (torch.nn.Sequential, torch.nn.ModuleList)):
+            return [self.module_getattr(vt, name) for name in module._modules]
+        if isinstance(module, torch.nn.ModuleDict):
+            return [V.ConstantVariable(name) for name in module._modules]
+        raise Unsupported(f"iterating over {type(module).__name__}")
+
+    def module_members(self, vt: V.NNModuleVariable, name: str, kwargs: dict) -> V.VariableTracker:
+        """``parameters()``, ``named_modules()``... evaluated now; each member read through its path."""
+        module = vt.value
+        options = {k: v.as_python_constant() for k, v in kwargs.items()}
+        named = name.startswith("named_")
+        kind = name.removeprefix("named_")
+        table = {"parameters": "_parameters", "buffers": "_buffers"}.get(kind, "_modules")
+        if kind in ("parameters", "buffers", "modules"):
+            members = list(getattr(module, "named_" + kind)(**options))
+        else:
+            members = list(module.named_children(**options))
+        items = []
+        for path, member in members:
+            parts = [p for p in path.split(".") if p]
+            source = vt.source
+            if source is not None:
+                for i, part in enumerate(parts):
+                    source += f".{table if i == len(parts) - 1 else '_modules'}[{part!r}]"
+            value = self.wrap(member, source)
+            items.append(V.TupleVariable([V.ConstantVariable(path), value]) if named else value)
+        return V.IteratorVariable(items)
+
+    def module_getitem(self, vt: V.NNModuleVariable, key: Any) -> V.VariableTracker:
+        module = vt.value
+        if isinstance(key, slice) and isinstance(
+            module, (torch.nn.Sequential, torch.nn.ModuleList)
+        ):
+            sliced = V.NNModuleVariable(module[key], None)
+            for name in sliced.value._modules:
+                sliced.attrs[name] = self.module_getattr(vt, name)
+            return sliced
+        if isinstance(module, torch.nn.ModuleDict) and isinstance(key, str):
+            return self.module_getattr(vt, key)
+        if isinstance(module, (torch.nn.Sequential, torch.nn.ModuleList)) and isinstance(key, int):
+            names = list(module._modules)
+            return self.module_getattr(vt, names[key])
+        raise Unsupported(f"indexing {type(module).__name__} with {type(key).__name__}")
+
+    # -- wrapping real values -------------------------------------------------------
+
+    def wrap(self, value: Any, source: str | None) -> V.VariableTracker:
+        """The tracker for a real value read through ``source``, adding the guards it needs."""
+        from torchkiln.capture.builder import build
+
+        if V.is_constant_value(value):
+            if source is not None:
+                self.guards.constant(source, value)
+            return V.ConstantVariable(value, source)
+        known = self.by_id.get(id(value))
+        if known is not None:
+            if source is not None and known.source is not None and source != known.source:
+                self.guards.add(f"{source} is {known.source}", 1, f"{source} is {known.source}")
+            return known
+        if source is None and isinstance(value, torch.Tensor):
+            source = self.guards.bind(value, "tensor")
+        vt = build(self, value, source)
+        if not isinstance(vt, V.ConstantVariable):
+            self.by_id[id(value)] = vt
+            self._keepalive.append(value)
+        return vt
+
+
+def _contains_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_contains_tensor(v) for v in value)
+    return False
+
+
+def is_plain_result(value: Any) -> bool:
+    if V.is_constant_value(value):
+        return True
+    return isinstance(value, (list, tuple)) and all(is_plain_result(v) for v in value)
+
+
+def _fields_of(value: tuple) -> tuple[str, ...] | None:
+    fields = getattr(type(value), "_fields", None)
+    if fields is not None:
+        return tuple(fields)
+    if hasattr(type(value), "n_fields"):  # torch.return_types structseq
+        names = [
+            n
+            for n in dir(type(value))
+            if isinstance(getattr(type(value), n), types.MemberDescriptorType)
+        ]
+        by_position = {}
+        for n in names:
+            attr = getattr(value, n)
+            for i, item in enumerate(value):
+                if item is attr:
+                    by_position[i] = n
+        return tuple(by_position.get(i, f"_{i}") for i in range(len(value)))
+    return None
+
+
+def _global_hooks() -> bool:
+    m = torch.nn.modules.module
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks)
+
+
+def to_node(vt: Any) -> Any:
+    """The FX argument for a tracker: a node for tensors, the value for constants."""
+    if isinstance(vt, V.TensorVariable):
+        return vt.node
+    if isinstance(vt, V.ConstantVariable):
+        return vt.value
+    if isinstance(vt, V.TupleVariable):
+        return tuple(to_node(i) for i in vt.items)
+    if isinstance(vt, V.ListVariable):
+        return [to_node(i) for i in vt.items]
+    if isinstance(vt, V.SliceVariable):
+        return slice(*(to_node(p) for p in vt.parts))
+    if isinstance(vt, V.DictVariable):
+        return {k: to_node(v) for k, v in vt.items.items()}
+    raise Unsupported(f"passing {vt.describe()} to a torch operation")
+
+
+def to_fake(vt: Any) -> Any:
+    if isinstance(vt, V.TensorVariable):
+        return vt.example
+    if isinstance(vt, V.ConstantVariable):
+        return vt.value
+    if isinstance(vt, V.TupleVariable):
+        return tuple(to_fake(i) for i in vt.items)
+    if isinstance(vt, V.ListVariable):
+        return [to_fake(i) for i in vt.items]
+    if isinstance(vt, V.SliceVariable):
+        return slice(*(to_fake(p) for p in vt.parts))
+    if isinstance(vt, V.DictVariable):
+        return {k: to_fake(v) for k, v in vt.items.items()}
+    raise Unsupported(f"passing {vt.describe()} to a torch operation")

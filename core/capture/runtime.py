@@ -1,0 +1,33 @@
+"""Small helpers the transformed code calls at run time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class GradModeRestore:
+    """The ``__exit__`` of a grad-mode ``with`` block that a graph break left open.
+
+    A resume function receives it on its stack where the original frame had
+    ``torch.no_grad().__exit__``; calling it restores the grad mode that was
+    active before the block, as the original ``__exit__`` would.
+    """
+
+    __slots__ = ("prev",)
+
+    def __init__(self, prev: bool):
+        self.prev = prev
+
+    def __call__(self, *exc_info: Any) -> bool:
+        torch._C._set_grad_enabled(self.prev)
+        return False
+
+
+def make_object(cls: type, attrs: dict) -> Any:
+    """An instance the compiled frame created: allocated without ``__init__``, attributes set."""
+    obj = cls.__new__(cls)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj

@@ -1,0 +1,917 @@
+"""The symbolic interpreter: CPython 3.11/3.12 bytecode → torch.fx graph.
+
+``Translator`` executes a frame's instructions on variable trackers instead
+of values: torch operations become graph nodes, Python-only computation
+runs now, calls to Python functions are inlined by a child translator that
+shares the ``OutputGraph``. Each opcode has a method named after it
+(``LOAD_FAST``...); version differences come from ``bytecode_compat``.
+
+Whatever cannot be captured raises ``Unsupported`` with the user's
+``file:line``. The root translator counts the instructions it executed
+(``steps``): ``capture`` uses that count to stop at the same point on a
+second pass and break the graph there (see ``graph_break.py``).
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import operator
+import sys
+import types
+from typing import Any
+
+import torch
+
+from torchkiln.capture import bytecode_compat as bc
+from torchkiln.capture import variables as V
+from torchkiln.capture.builder import is_stdlib
+from torchkiln.capture.builtins import fold
+from torchkiln.capture.output_graph import OutputGraph
+from torchkiln.exc import CaptureError, Unsupported
+
+MAX_INLINE_DEPTH = 64
+MAX_GENERATOR_ITEMS = 10_000
+
+_BINARY = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift,
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
+    "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+}  # fmt: skip
+
+_COMPARE = {
+    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+
+_CO_GENERATOR_LIKE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+class StopAtBreak(Exception):
+    """Raised by the root translator when it reaches the step chosen for a graph break."""
+
+    def __init__(self, translator: Translator):
+        self.translator = translator
+
+
+class RealCellVariable(V.VariableTracker):
+    """A closure cell that exists outside the frame; reads are guarded, writes refused."""
+
+    def __init__(self, cell: types.CellType, source: str):
+        self.cell = cell
+        self.source = source
+        self.override: V.VariableTracker | None = None
+
+
+class Translator:
+    """Interprets one code object on variable trackers; see the module docstring."""
+
+    def __init__(
+        self,
+        output: OutputGraph,
+        code: types.CodeType,
+        f_globals: dict,
+        globals_expr: str,
+        f_locals: dict[str, V.VariableTracker],
+        closure: list[V.VariableTracker],
+        parent: Translator | None = None,
+        break_step: int | None = None,
+    ):
+        self.output = output
+        self.code = code
+        self.f_globals = f_globals
+        self.globals_expr = globals_expr
+        self.locals = f_locals
+        self.cells: dict[str, V.VariableTracker] = dict(zip(code.co_freevars, closure))
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.instructions = list(dis.get_instructions(code))
+        self.index_of = {inst.offset: i for i, inst in enumerate(self.instructions)}
+        self.stack: list[V.VariableTracker] = []
+        self.ip = 0
+        self.current: dis.Instruction | None = None
+        self.kw_names: tuple[str, ...] = ()
+        self.return_value: V.VariableTracker | None = None
+        self.steps = 0
+        self.break_step = break_step
+        self.lineno = code.co_firstlineno
+        self.yielded: list[V.VariableTracker] | None = None
+
+    # -- driving ------------------------------------------------------------------
+
+    def location(self) -> str:
+        return f"{self.code.co_filename}:{self.lineno}"
+
+    def run(self) -> V.VariableTracker:
+        """Execute until ``RETURN_VALUE``; returns the returned tracker."""
+        while self.return_value is None:
+            inst = self.instructions[self.ip]
+            self.current = inst
+            if inst.positions is not None and inst.positions.lineno is not None:
+                self.lineno = inst.positions.lineno
+            if self.parent is None:
+                self.steps += 1
+                if self.steps == self.break_step:
+                    raise StopAtBreak(self)
+            self.ip += 1
+            try:
+                getattr(self, bc.opname(inst), self._unknown)(inst)
+            except Unsupported as e:
+                if e.location is None:
+                    e.location = self.location()
+                    e.args = (f"{e.reason} at {e.location}",)
+                raise
+            except (StopAtBreak, CaptureError):
+                raise
+            except Exception as e:
+                raise CaptureError(
+                    f"torchkiln failed on {inst.opname} at {self.location()}: {type(e).__name__}: {e}"
+                ) from e
+        return self.return_value
+
+    def _unknown(self, inst: dis.Instruction) -> None:
+        raise Unsupported(f"bytecode {inst.opname} is not supported")
+
+    def jump(self, target_offset: int) -> None:
+        self.ip = self.index_of[target_offset]
+
+    # -- stack --------------------------------------------------------------------
+
+    def push(self, vt: V.VariableTracker) -> None:
+        self.stack.append(vt)
+
+    def pop(self) -> V.VariableTracker:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[V.VariableTracker]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    # -- generic operations (also used by builtins) -----------------------------------
+
+    def getattr(self, obj: V.VariableTracker, name: str) -> V.VariableTracker:
+        if isinstance(obj, (V.ListVariable, V.DictVariable, V.SetVariable)):
+            if not hasattr(obj.python_type(), name):
+                raise Unsupported(f"{obj.python_type().__name__} has no attribute {name!r}")
+            return V.BoundMethodVariable(obj, name)
+        return obj.var_getattr(self, name)
+
+    def store_attr(self, obj: V.VariableTracker, name: str, value: V.VariableTracker) -> None:
+        if isinstance(obj, (V.UserObjectVariable, V.NNModuleVariable)):
+            obj.setattr(self, name, value)
+            return
+        raise Unsupported(f"setting attribute {name!r} on {obj.describe()}")
+
+    def call_function(self, fn: V.VariableTracker, args: list, kwargs: dict) -> V.VariableTracker:
+        if isinstance(fn, V.ClassVariable) and fn.value is super:
+            return self.make_super(args)
+        return fn.call(self, args, kwargs)
+
+    def make_super(self, args: list) -> V.VariableTracker:
+        if args:
+            return V.SuperVariable(args[0].value, args[1])
+        cell = self.cells.get("__class__")
+        if not isinstance(cell, RealCellVariable) or not self.code.co_argcount:
+            raise Unsupported("zero-argument super() outside a method")
+        return V.SuperVariable(cell.cell.cell_contents, self.locals[self.code.co_varnames[0]])
+
+    def unpack_iterable(self, vt: V.VariableTracker) -> list[V.VariableTracker]:
+        return vt.unpack(self)
+
+    def binary_op(
+        self, symbol: str, a: V.VariableTracker, b: V.VariableTracker
+    ) -> V.VariableTracker:
+        fn = _BINARY.get(symbol) or _COMPARE.get(symbol)
+        if fn is None:
+            raise CaptureError(f"unknown binary operator {symbol!r}")
+        if isinstance(a, V.TensorVariable) or isinstance(b, V.TensorVariable):
+            return self.output.call_op("call_function", fn, [a, b], {})
+        if a.is_constant() and b.is_constant():
+            return fold(fn, a.as_python_constant(), b.as_python_constant())
+        inplace = symbol.endswith("=") and symbol not in _COMPARE
+        base = symbol[:-1] if inplace else symbol
+        if isinstance(a, V.ContainerVariable) and base == "+":
+            other = self.unpack_iterable(b) if inplace else None
+            if inplace and isinstance(a, V.ListVariable):
+                a.call_method(self, "extend", [V.ListVariable(other)], {})
+                return a
+            if type(a) is type(b):
+                return (
+                    type(a)([*a.items, *b.items])
+                    if isinstance(a, V.ListVariable)
+                    else V.TupleVariable([*a.items, *b.items])
+                )
+        if isinstance(a, V.ContainerVariable) and base == "*" and b.is_constant():
+            items = a.items * b.as_python_constant()
+            return (
+                V.ListVariable(items) if isinstance(a, V.ListVariable) else V.TupleVariable(items)
+            )
+        if symbol in ("==", "!="):
+            same = self.is_same(a, b)
+            if same is not None:
+                return V.ConstantVariable(same == (symbol == "=="))
+        if isinstance(a, V.SetVariable) and isinstance(b, V.SetVariable):
+            return (
+                V.SetVariable(fn(set(a.values), set(b.values)))
+                if base in "|&-^"
+                else V.ConstantVariable(fn(a.values, b.values))
+            )
+        if isinstance(a, V.UserObjectVariable):
+            method = "__" + _DUNDER[base] + "__"
+            return self.call_function(self.getattr(a, method), [b], {})
+        raise Unsupported(f"operator {symbol} on {a.describe()} and {b.describe()}")
+
+    def is_same(self, a: V.VariableTracker, b: V.VariableTracker) -> bool | None:
+        """``a is b`` when it can be known at capture time, else None."""
+        if a is b:
+            return True
+        if a.is_constant() and b.is_constant():
+            return a.as_python_constant() is b.as_python_constant()
+        if isinstance(a, V.OpaqueVariable) or isinstance(b, V.OpaqueVariable):
+            return None
+        if (
+            isinstance(a, V.ValueVariable)
+            and isinstance(b, V.ValueVariable)
+            and a.value is not None
+        ):
+            same = a.value is b.value
+            if a.source and b.source and isinstance(a, V.UserObjectVariable):
+                expr = f"({a.source} is {b.source}) is {same!r}"
+                self.output.guards.add(expr, 2, f"{a.source} is{'' if same else ' not'} {b.source}")
+            return same
+        if (a.is_constant() and a.as_python_constant() is None) or (
+            b.is_constant() and b.as_python_constant() is None
+        ):
+            return False
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, (V.TensorVariable, V.ContainerVariable, V.DictVariable)):
+            return False
+        return None
+
+    def subscript(self, obj: V.VariableTracker, index: V.VariableTracker) -> V.VariableTracker:
+        if isinstance(obj, V.TensorVariable):
+            return self.output.call_op("call_function", operator.getitem, [obj, index], {})
+        if isinstance(obj, V.NNModuleVariable):
+            return self.output.module_getitem(obj, index.as_python_constant())
+        if isinstance(obj, (V.ContainerVariable, V.DictVariable)):
+            return obj.getitem(self, index.as_python_constant())
+        if obj.is_constant() and index.is_constant():
+            return fold(operator.getitem, obj.as_python_constant(), index.as_python_constant())
+        if isinstance(obj, V.UserObjectVariable):
+            return self.call_function(self.getattr(obj, "__getitem__"), [index], {})
+        raise Unsupported(f"indexing {obj.describe()} with {index.describe()}")
+
+    def truth(self, vt: V.VariableTracker) -> bool:
+        return vt.truth(self)
+
+    # -- inlining -------------------------------------------------------------------
+
+    def inline_call(self, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
+        fn = getattr(fn, "_torchkiln_original", fn)
+        code = getattr(fn, "__code__", None)
+        if not isinstance(fn, types.FunctionType) or code is None:
+            raise Unsupported(f"calling {fn!r}")
+        if is_stdlib(fn.__module__):
+            raise Unsupported(
+                f"calling {fn.__module__}.{fn.__qualname__} (standard library, not traced)"
+            )
+        defaults = [self.output.wrap(d, None) for d in (fn.__defaults__ or ())]
+        kwdefaults = {k: self.output.wrap(v, None) for k, v in (fn.__kwdefaults__ or {}).items()}
+        closure = [
+            RealCellVariable(cell, f"{self.output.guards.bind(cell, 'cell')}.cell_contents")
+            for cell in (fn.__closure__ or ())
+        ]
+        globals_expr = self.output.guards.bind(fn.__globals__, "G")
+        return self._inline(
+            code, fn.__globals__, globals_expr, args, kwargs, defaults, kwdefaults, closure
+        )
+
+    def inline_nested(
+        self, fn: V.NestedFunctionVariable, args: list, kwargs: dict
+    ) -> V.VariableTracker:
+        defaults = list(fn.defaults or ())
+        kwdefaults = dict(fn.kwdefaults or {})
+        return self._inline(
+            fn.code,
+            fn.globals,
+            self._globals_expr_for(fn.globals),
+            args,
+            kwargs,
+            defaults,
+            kwdefaults,
+            list(fn.closure or ()),
+        )
+
+    def _globals_expr_for(self, f_globals: dict) -> str:
+        if f_globals is self.f_globals:
+            return self.globals_expr
+        return self.output.guards.bind(f_globals, "G")
+
+    def _inline(
+        self,
+        code: types.CodeType,
+        f_globals: dict,
+        globals_expr: str,
+        args: list,
+        kwargs: dict,
+        defaults: list,
+        kwdefaults: dict,
+        closure: list,
+    ) -> V.VariableTracker:
+        is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        if code.co_flags & _CO_GENERATOR_LIKE and not is_generator:
+            raise Unsupported(f"calling coroutine function {code.co_name}")
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise Unsupported(
+                f"call depth above {MAX_INLINE_DEPTH} while inlining {code.co_name} (recursion?)"
+            )
+        f_locals = bind_arguments(code, args, kwargs, defaults, kwdefaults)
+        child = Translator(
+            self.output, code, f_globals, globals_expr, f_locals, closure, parent=self
+        )
+        if is_generator:
+            child.yielded = []
+            child.run()
+            return V.IteratorVariable(child.yielded)
+        return child.run()
+
+    # -- opcodes: no-ops and stack manipulation ----------------------------------------
+
+    def NOP(self, inst: dis.Instruction) -> None:
+        pass
+
+    RESUME = PRECALL = EXTENDED_ARG = CACHE = COPY_FREE_VARS = NOP
+
+    def PUSH_NULL(self, inst: dis.Instruction) -> None:
+        self.push(V.NULL)
+
+    def POP_TOP(self, inst: dis.Instruction) -> None:
+        self.pop()
+
+    def END_FOR(self, inst: dis.Instruction) -> None:
+        self.popn(2)
+
+    def COPY(self, inst: dis.Instruction) -> None:
+        self.push(self.stack[-inst.arg])
+
+    def SWAP(self, inst: dis.Instruction) -> None:
+        self.stack[-1], self.stack[-inst.arg] = self.stack[-inst.arg], self.stack[-1]
+
+    # -- loads and stores -----------------------------------------------------------
+
+    def LOAD_CONST(self, inst: dis.Instruction) -> None:
+        value = inst.argval
+        if V.is_constant_value(value):
+            self.push(V.ConstantVariable(value))
+        else:
+            self.push(V.ValueVariable(value))
+
+    def LOAD_FAST(self, inst: dis.Instruction) -> None:
+        try:
+            self.push(self.locals[inst.argval])
+        except KeyError:
+            raise Unsupported(
+                f"local variable {inst.argval!r} referenced before assignment"
+            ) from None
+
+    def LOAD_FAST_AND_CLEAR(self, inst: dis.Instruction) -> None:
+        self.push(self.locals.pop(inst.argval, V.NULL))
+
+    def STORE_FAST(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        if value is V.NULL:
+            self.locals.pop(inst.argval, None)
+        else:
+            self.locals[inst.argval] = value
+
+    def DELETE_FAST(self, inst: dis.Instruction) -> None:
+        del self.locals[inst.argval]
+
+    def LOAD_GLOBAL(self, inst: dis.Instruction) -> None:
+        if bc.load_global_pushes_null(inst):
+            self.push(V.NULL)
+        self.push(self.load_global(inst.argval))
+
+    def load_global(self, name: str) -> V.VariableTracker:
+        override = self.output.global_overrides.get((id(self.f_globals), name))
+        if override is not None:
+            return override
+        if name in self.f_globals:
+            return self.output.wrap(self.f_globals[name], f"{self.globals_expr}[{name!r}]")
+        builtins_ns = self.f_globals.get("__builtins__", __builtins__)
+        if isinstance(builtins_ns, types.ModuleType):
+            builtins_ns = builtins_ns.__dict__
+        if name not in builtins_ns:
+            raise Unsupported(f"name {name!r} is not defined")
+        self.output.guards.add(
+            f"{name!r} not in {self.globals_expr}",
+            1,
+            f"global {name!r} does not shadow the builtin",
+        )
+        return self.output.wrap(builtins_ns[name], None)
+
+    def STORE_GLOBAL(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        self.output.global_overrides[(id(self.f_globals), inst.argval)] = value
+        self.output.side_effects.store_global(self.globals_expr, inst.argval, value)
+
+    def MAKE_CELL(self, inst: dis.Instruction) -> None:
+        self.cells[inst.argval] = V.CellVariable(self.locals.pop(inst.argval, None))
+
+    def LOAD_CLOSURE(self, inst: dis.Instruction) -> None:
+        self.push(self.cells[inst.argval])
+
+    def LOAD_DEREF(self, inst: dis.Instruction) -> None:
+        cell = self.cells[inst.argval]
+        if isinstance(cell, RealCellVariable):
+            if cell.override is not None:
+                self.push(cell.override)
+                return
+            try:
+                contents = cell.cell.cell_contents
+            except ValueError:
+                raise Unsupported(
+                    f"free variable {inst.argval!r} referenced before assignment"
+                ) from None
+            self.push(self.output.wrap(contents, cell.source))
+            return
+        if cell.contents is None:
+            raise Unsupported(f"free variable {inst.argval!r} referenced before assignment")
+        self.push(cell.contents)
+
+    def STORE_DEREF(self, inst: dis.Instruction) -> None:
+        cell = self.cells[inst.argval]
+        if isinstance(cell, RealCellVariable):
+            cell.override = self.pop()
+            self.output.side_effects.store_cell(cell.source, cell.override)
+            return
+        cell.contents = self.pop()
+
+    def LOAD_ATTR(self, inst: dis.Instruction) -> None:
+        obj = self.pop()
+        if bc.load_attr_is_method(inst):
+            self.push(V.NULL)
+        self.push(self.getattr(obj, inst.argval))
+
+    LOAD_METHOD = LOAD_ATTR
+
+    def LOAD_SUPER_ATTR(self, inst: dis.Instruction) -> None:
+        obj = self.pop()
+        cls = self.pop()
+        self.pop()
+        if inst.arg & 1:
+            self.push(V.NULL)
+        self.push(V.SuperVariable(cls.value, obj).var_getattr(self, inst.argval))
+
+    def STORE_ATTR(self, inst: dis.Instruction) -> None:
+        obj = self.pop()
+        value = self.pop()
+        self.store_attr(obj, inst.argval, value)
+
+    def IMPORT_NAME(self, inst: dis.Instruction) -> None:
+        self.popn(2)
+        module = sys.modules.get(inst.argval)
+        if module is None:
+            raise Unsupported(f"importing {inst.argval} (not imported yet)")
+        top = sys.modules[inst.argval.partition(".")[0]]
+        self.push(V.PythonModuleVariable(top if "." in inst.argval else module))
+
+    def IMPORT_FROM(self, inst: dis.Instruction) -> None:
+        self.push(self.getattr(self.stack[-1], inst.argval))
+
+    # -- operators ------------------------------------------------------------------
+
+    def BINARY_OP(self, inst: dis.Instruction) -> None:
+        b = self.pop()
+        a = self.pop()
+        self.push(self.binary_op(bc.BINARY_OPS[inst.arg], a, b))
+
+    def COMPARE_OP(self, inst: dis.Instruction) -> None:
+        b = self.pop()
+        a = self.pop()
+        self.push(self.binary_op(inst.argval, a, b))
+
+    def _unary(self, fn: Any) -> None:
+        value = self.pop()
+        if isinstance(value, V.TensorVariable):
+            self.push(self.output.call_op("call_function", fn, [value], {}))
+        elif value.is_constant():
+            self.push(fold(fn, value.as_python_constant()))
+        else:
+            raise Unsupported(f"{fn.__name__} of {value.describe()}")
+
+    def UNARY_NEGATIVE(self, inst: dis.Instruction) -> None:
+        self._unary(operator.neg)
+
+    def UNARY_POSITIVE(self, inst: dis.Instruction) -> None:
+        self._unary(operator.pos)
+
+    def UNARY_INVERT(self, inst: dis.Instruction) -> None:
+        self._unary(operator.invert)
+
+    def UNARY_NOT(self, inst: dis.Instruction) -> None:
+        self.push(V.ConstantVariable(not self.truth(self.pop())))
+
+    def CALL_INTRINSIC_1(self, inst: dis.Instruction) -> None:
+        name = bc.intrinsic_name(inst)
+        if name == "INTRINSIC_UNARY_POSITIVE":
+            self._unary(operator.pos)
+        elif name == "INTRINSIC_LIST_TO_TUPLE":
+            self.push(V.TupleVariable(self.pop().items))
+        else:
+            raise Unsupported(f"{name}")
+
+    def LIST_TO_TUPLE(self, inst: dis.Instruction) -> None:
+        self.push(V.TupleVariable(self.pop().items))
+
+    def IS_OP(self, inst: dis.Instruction) -> None:
+        b = self.pop()
+        a = self.pop()
+        same = self.is_same(a, b)
+        if same is None:
+            raise Unsupported(f"'is' between {a.describe()} and {b.describe()}")
+        self.push(V.ConstantVariable(same != bool(inst.arg)))
+
+    def CONTAINS_OP(self, inst: dis.Instruction) -> None:
+        container = self.pop()
+        item = self.pop()
+        if isinstance(container, V.DictVariable):
+            found = item.as_python_constant() in container.items
+        elif isinstance(container, V.SetVariable):
+            found = item.as_python_constant() in container.values
+        elif isinstance(container, V.NNModuleVariable) and isinstance(
+            container.value, torch.nn.ModuleDict
+        ):
+            found = item.as_python_constant() in container.value._modules
+        elif isinstance(container, V.TensorVariable) or isinstance(item, V.TensorVariable):
+            raise Unsupported("'in' with a tensor compares values (data-dependent)")
+        else:
+            items = self.unpack_iterable(container)
+            value = item.as_python_constant()
+            found = any(i.is_constant() and i.as_python_constant() == value for i in items)
+            if not found and not all(i.is_constant() for i in items):
+                raise Unsupported("'in' over a container of non-constant values")
+        self.push(V.ConstantVariable(found != bool(inst.arg)))
+
+    # -- subscripts ------------------------------------------------------------------
+
+    def BINARY_SUBSCR(self, inst: dis.Instruction) -> None:
+        index = self.pop()
+        obj = self.pop()
+        self.push(self.subscript(obj, index))
+
+    def BINARY_SLICE(self, inst: dis.Instruction) -> None:
+        end = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        self.push(self.subscript(obj, self._slice([start, end])))
+
+    def _slice(self, parts: list[V.VariableTracker]) -> V.VariableTracker:
+        if all(p.is_constant() for p in parts):
+            return V.ConstantVariable(slice(*(p.as_python_constant() for p in parts)))
+        return V.SliceVariable(parts)
+
+    def STORE_SUBSCR(self, inst: dis.Instruction) -> None:
+        key = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        self._setitem(obj, key, value)
+
+    def STORE_SLICE(self, inst: dis.Instruction) -> None:
+        end = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        self._setitem(obj, self._slice([start, end]), value)
+
+    def _setitem(
+        self, obj: V.VariableTracker, key: V.VariableTracker, value: V.VariableTracker
+    ) -> None:
+        if isinstance(obj, V.TensorVariable):
+            self.output.tensor_method(obj, "__setitem__", [key, value], {})
+        elif isinstance(obj, V.DictVariable):
+            obj.call_method(self, "__setitem__", [key, value], {})
+        elif isinstance(obj, V.ListVariable):
+            index = key.as_python_constant()
+            self.output.side_effects.mutate(obj)
+            if isinstance(index, slice):
+                obj.items[index] = self.unpack_iterable(value)
+            else:
+                obj.items[index] = value
+        else:
+            raise Unsupported(f"item assignment on {obj.describe()}")
+
+    def DELETE_SUBSCR(self, inst: dis.Instruction) -> None:
+        key = self.pop()
+        obj = self.pop()
+        if isinstance(obj, (V.ListVariable, V.DictVariable)):
+            self.output.side_effects.mutate(obj)
+            del obj.items[key.as_python_constant()]
+        else:
+            raise Unsupported(f"del on an item of {obj.describe()}")
+
+    # -- building containers ---------------------------------------------------------
+
+    def BUILD_TUPLE(self, inst: dis.Instruction) -> None:
+        self.push(V.TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst: dis.Instruction) -> None:
+        self.push(V.ListVariable(self.popn(inst.arg)))
+
+    def BUILD_SET(self, inst: dis.Instruction) -> None:
+        self.push(V.SetVariable({v.as_python_constant() for v in self.popn(inst.arg)}))
+
+    def BUILD_MAP(self, inst: dis.Instruction) -> None:
+        flat = self.popn(2 * inst.arg)
+        self.push(
+            V.DictVariable(
+                {flat[i].as_python_constant(): flat[i + 1] for i in range(0, len(flat), 2)}
+            )
+        )
+
+    def BUILD_CONST_KEY_MAP(self, inst: dis.Instruction) -> None:
+        keys = self.pop().as_python_constant()
+        values = self.popn(inst.arg)
+        self.push(V.DictVariable(dict(zip(keys, values))))
+
+    def BUILD_SLICE(self, inst: dis.Instruction) -> None:
+        self.push(self._slice(self.popn(inst.arg)))
+
+    def BUILD_STRING(self, inst: dis.Instruction) -> None:
+        parts = self.popn(inst.arg)
+        self.push(V.ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+    def FORMAT_VALUE(self, inst: dis.Instruction) -> None:
+        flags = inst.arg
+        spec = self.pop().as_python_constant() if flags & 0x04 else ""
+        value = self.pop()
+        if isinstance(value, V.TensorVariable):
+            raise Unsupported("formatting a tensor into a string needs its value")
+        real = value.as_python_constant()
+        conversion = flags & 0x03
+        if conversion == 1:
+            real = str(real)
+        elif conversion == 2:
+            real = repr(real)
+        elif conversion == 3:
+            real = ascii(real)
+        self.push(V.ConstantVariable(format(real, spec)))
+
+    def LIST_APPEND(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        self.stack[-inst.arg].items.append(value)
+
+    def SET_ADD(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        self.stack[-inst.arg].values.add(value.as_python_constant())
+
+    def MAP_ADD(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        key = self.pop()
+        self.stack[-inst.arg].items[key.as_python_constant()] = value
+
+    def LIST_EXTEND(self, inst: dis.Instruction) -> None:
+        seq = self.pop()
+        self.stack[-inst.arg].items.extend(self.unpack_iterable(seq))
+
+    def SET_UPDATE(self, inst: dis.Instruction) -> None:
+        seq = self.pop()
+        self.stack[-inst.arg].values.update(
+            v.as_python_constant() for v in self.unpack_iterable(seq)
+        )
+
+    def DICT_UPDATE(self, inst: dis.Instruction) -> None:
+        other = self.pop()
+        if not isinstance(other, V.DictVariable):
+            raise Unsupported(f"** of {other.describe()}")
+        self.stack[-inst.arg].items.update(other.items)
+
+    DICT_MERGE = DICT_UPDATE
+
+    def UNPACK_SEQUENCE(self, inst: dis.Instruction) -> None:
+        items = self.unpack_iterable(self.pop())
+        if len(items) != inst.arg:
+            raise Unsupported(f"unpacking {len(items)} values into {inst.arg} names")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst: dis.Instruction) -> None:
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        items = self.unpack_iterable(self.pop())
+        if len(items) < before + after:
+            raise Unsupported("not enough values to unpack")
+        middle = V.ListVariable(items[before : len(items) - after])
+        for item in reversed([*items[:before], middle, *items[len(items) - after :]]):
+            self.push(item)
+
+    # -- control flow ----------------------------------------------------------------
+
+    def JUMP_FORWARD(self, inst: dis.Instruction) -> None:
+        self.jump(inst.argval)
+
+    JUMP_BACKWARD = JUMP = JUMP_FORWARD
+
+    def _branch(self, inst: dis.Instruction, jump_if: bool) -> None:
+        value = self.pop()
+        if isinstance(value, V.TensorVariable):
+            raise Unsupported("data-dependent branch on a tensor value (if tensor: ...)")
+        if self.truth(value) == jump_if:
+            self.jump(inst.argval)
+
+    def POP_JUMP_IF_TRUE(self, inst: dis.Instruction) -> None:
+        self._branch(inst, True)
+
+    def POP_JUMP_IF_FALSE(self, inst: dis.Instruction) -> None:
+        self._branch(inst, False)
+
+    def POP_JUMP_IF_NONE(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        if value.is_constant() and value.as_python_constant() is None:
+            self.jump(inst.argval)
+
+    def POP_JUMP_IF_NOT_NONE(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        if not (value.is_constant() and value.as_python_constant() is None):
+            self.jump(inst.argval)
+
+    def JUMP_IF_TRUE_OR_POP(self, inst: dis.Instruction) -> None:
+        if self.truth(self.stack[-1]):
+            self.jump(inst.argval)
+        else:
+            self.pop()
+
+    def JUMP_IF_FALSE_OR_POP(self, inst: dis.Instruction) -> None:
+        if not self.truth(self.stack[-1]):
+            self.jump(inst.argval)
+        else:
+            self.pop()
+
+    def GET_ITER(self, inst: dis.Instruction) -> None:
+        obj = self.pop()
+        self.push(
+            obj
+            if isinstance(obj, V.IteratorVariable)
+            else V.IteratorVariable(self.unpack_iterable(obj))
+        )
+
+    def FOR_ITER(self, inst: dis.Instruction) -> None:
+        iterator = self.stack[-1]
+        if not isinstance(iterator, V.IteratorVariable):
+            raise Unsupported(f"for loop over {iterator.describe()}")
+        value = iterator.next()
+        if value is not None:
+            self.push(value)
+            return
+        self.pop()
+        self.jump(inst.argval)
+        if bc.for_iter_exit_skips_end_for():
+            self.ip += 1
+
+    def RETURN_VALUE(self, inst: dis.Instruction) -> None:
+        self.return_value = self.pop()
+
+    def RETURN_CONST(self, inst: dis.Instruction) -> None:
+        self.return_value = V.ConstantVariable(inst.argval)
+
+    def LOAD_ASSERTION_ERROR(self, inst: dis.Instruction) -> None:
+        raise Unsupported("assertion failed while tracing (or an AssertionError is raised)")
+
+    def RAISE_VARARGS(self, inst: dis.Instruction) -> None:
+        raise Unsupported("raise statement")
+
+    def RETURN_GENERATOR(self, inst: dis.Instruction) -> None:
+        if self.yielded is None:
+            raise Unsupported("generator function")
+        self.push(V.ConstantVariable(None))
+
+    def YIELD_VALUE(self, inst: dis.Instruction) -> None:
+        """Generators are run to exhaustion when called: every yielded value is collected."""
+        if self.yielded is None or len(self.yielded) >= MAX_GENERATOR_ITEMS:
+            raise Unsupported(
+                "yield outside a generator run to exhaustion (or an endless generator)"
+            )
+        self.yielded.append(self.pop())
+        self.push(V.ConstantVariable(None))
+
+    # -- calls -----------------------------------------------------------------------
+
+    def KW_NAMES(self, inst: dis.Instruction) -> None:
+        self.kw_names = bc.kw_names(inst, self.code.co_consts)
+
+    def CALL(self, inst: dis.Instruction) -> None:
+        args = self.popn(inst.arg)
+        b = self.pop()
+        a = self.pop()
+        if a is V.NULL:
+            fn = b
+        else:
+            fn, args = a, [b, *args]
+        kwargs = {}
+        if self.kw_names:
+            n = len(self.kw_names)
+            kwargs = dict(zip(self.kw_names, args[-n:]))
+            args = args[:-n]
+            self.kw_names = ()
+        self.push(self.call_function(fn, args, kwargs))
+
+    def CALL_FUNCTION_EX(self, inst: dis.Instruction) -> None:
+        kwargs_vt = self.pop() if inst.arg & 1 else None
+        args_vt = self.pop()
+        fn = self.pop()
+        if self.stack and self.stack[-1] is V.NULL:
+            self.pop()
+        args = self.unpack_iterable(args_vt)
+        kwargs = {}
+        if kwargs_vt is not None:
+            if not isinstance(kwargs_vt, V.DictVariable):
+                raise Unsupported(f"** of {kwargs_vt.describe()}")
+            kwargs = dict(kwargs_vt.items)
+        self.push(self.call_function(fn, args, kwargs))
+
+    def MAKE_FUNCTION(self, inst: dis.Instruction) -> None:
+        code = self.pop().value
+        flags = inst.arg
+        closure = tuple(self.pop().items) if flags & 0x08 else None
+        if flags & 0x04:
+            self.pop()
+        kwdefaults = {k: v for k, v in self.pop().items.items()} if flags & 0x02 else None
+        defaults = tuple(self.pop().items) if flags & 0x01 else None
+        self.push(V.NestedFunctionVariable(code, defaults, kwdefaults, closure, self.f_globals))
+
+    def BEFORE_WITH(self, inst: dis.Instruction) -> None:
+        ctx = self.pop()
+        if not isinstance(ctx, V.GradModeVariable):
+            raise Unsupported(
+                f"with block over {ctx.describe()} (only grad-mode contexts are traced)"
+            )
+        self.push(ctx.enter(self))
+        self.push(V.ConstantVariable(None))
+
+
+_DUNDER = {
+    "+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod",
+    "**": "pow", "@": "matmul", "&": "and", "|": "or", "^": "xor", "<<": "lshift", ">>": "rshift",
+    "<": "lt", "<=": "le", "==": "eq", "!=": "ne", ">": "gt", ">=": "ge",
+}  # fmt: skip
+
+
+def bind_arguments(
+    code: types.CodeType,
+    args: list,
+    kwargs: dict,
+    defaults: list,
+    kwdefaults: dict,
+) -> dict[str, V.VariableTracker]:
+    """Python's argument binding, on trackers: positional, defaults, keyword-only, ``*args``, ``**kwargs``."""
+    nargs = code.co_argcount
+    nkwonly = code.co_kwonlyargcount
+    names = code.co_varnames
+    has_varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    has_varkw = bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    bound: dict[str, V.VariableTracker] = {}
+    positional = names[:nargs]
+    for name, value in zip(positional, args):
+        bound[name] = value
+    extra = args[nargs:]
+    if extra and not has_varargs:
+        raise Unsupported(
+            f"{code.co_name}() takes {nargs} positional arguments but {len(args)} were given"
+        )
+    kwonly = names[nargs : nargs + nkwonly]
+    rest: dict[str, V.VariableTracker] = {}
+    for key, value in kwargs.items():
+        if key in positional[code.co_posonlyargcount :] or key in kwonly:
+            if key in bound:
+                raise Unsupported(f"{code.co_name}() got multiple values for argument {key!r}")
+            bound[key] = value
+        elif has_varkw:
+            rest[key] = value
+        else:
+            raise Unsupported(f"{code.co_name}() got an unexpected keyword argument {key!r}")
+    first_default = nargs - len(defaults)
+    for i, name in enumerate(positional):
+        if name not in bound:
+            if i < first_default:
+                raise Unsupported(f"{code.co_name}() missing required argument {name!r}")
+            bound[name] = defaults[i - first_default]
+    for name in kwonly:
+        if name not in bound:
+            if name not in kwdefaults:
+                raise Unsupported(f"{code.co_name}() missing keyword-only argument {name!r}")
+            bound[name] = kwdefaults[name]
+    index = nargs + nkwonly
+    if has_varargs:
+        bound[names[index]] = V.TupleVariable(list(extra))
+        index += 1
+    if has_varkw:
+        bound[names[index]] = V.DictVariable(rest)
+    return bound

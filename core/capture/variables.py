@@ -1,0 +1,862 @@
+"""Variable trackers: what the translator knows about each stack slot and local.
+
+Every value the symbolic interpreter handles is a ``VariableTracker``. A
+tracker knows the Python type of the value it stands for, how to read its
+attributes, call it, iterate over it, and (through ``codegen.reconstruct``)
+how to rebuild the real value after the graph ran. ``source`` is the Python
+expression, valid in the guard and transformed functions, that reads the
+real value at call time; trackers without a source were created by the
+frame itself.
+
+Behaviour that needs the translator (graph ops, inlining) receives ``tx``.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.translator import Translator
+
+
+class VariableTracker:
+    """Base class: by default nothing is supported and says so."""
+
+    source: str | None = None
+
+    def python_type(self) -> type:
+        raise Unsupported(f"type of {self!r} is not known")
+
+    def is_constant(self) -> bool:
+        return False
+
+    def as_python_constant(self) -> Any:
+        raise Unsupported(f"{self!r} is not a Python constant")
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        raise Unsupported(f"attribute {name!r} of {self.describe()}")
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        raise Unsupported(f"calling {self.describe()}")
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        return self.var_getattr(tx, name).call(tx, args, kwargs)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        raise Unsupported(f"iterating over {self.describe()}")
+
+    def truth(self, tx: Translator) -> bool:
+        return True
+
+    def describe(self) -> str:
+        try:
+            return f"a {self.python_type().__name__} value"
+        except Unsupported:
+            return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(source={self.source})"
+
+
+class NullVariable(VariableTracker):
+    """The NULL that 3.11+ pushes below a callable."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = NullVariable()
+
+CONSTANT_TYPES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    type(Ellipsis),
+    type(NotImplemented),
+    torch.dtype,
+    torch.device,
+    torch.Size,
+    torch.layout,
+    torch.memory_format,
+    range,
+    slice,
+    frozenset,
+)
+
+
+def is_constant_value(value: Any) -> bool:
+    """Immutable Python values the translator can compute with at capture time."""
+    if isinstance(value, enum.Enum):
+        return True
+    if type(value) in CONSTANT_TYPES:
+        if isinstance(value, (slice, frozenset)):
+            parts = (value.start, value.stop, value.step) if isinstance(value, slice) else value
+            return all(is_constant_value(p) for p in parts)
+        return True
+    if type(value) is tuple:
+        return all(is_constant_value(v) for v in value)
+    return False
+
+
+class ConstantVariable(VariableTracker):
+    """An immutable Python value (numbers, strings, None, dtypes, sizes, ranges...)."""
+
+    def __init__(self, value: Any, source: str | None = None):
+        self.value = value
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}") from e
+        if is_constant_value(attr):
+            return ConstantVariable(attr)
+        if callable(attr):
+            return BuiltinVariable(attr)
+        raise Unsupported(f"attribute {name!r} of {type(self.value).__name__}")
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        try:
+            return [ConstantVariable(v) for v in self.value]
+        except TypeError as e:
+            raise Unsupported(f"iterating over {type(self.value).__name__}") from e
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.value)
+
+    def __repr__(self) -> str:
+        return f"Constant({self.value!r})"
+
+
+class TensorVariable(VariableTracker):
+    """A tensor: an FX node plus a fake tensor carrying its metadata."""
+
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source: str | None = None):
+        self.node = node
+        self.example = example
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.example) if self.source else torch.Tensor
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return tx.output.tensor_getattr(self, name)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        return tx.output.tensor_method(self, name, args, kwargs)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        if self.example.dim() == 0:
+            raise Unsupported("iterating over a 0-d tensor")
+        return [
+            tx.output.call_op("call_function", operator.getitem, [self, ConstantVariable(i)], {})
+            for i in range(self.example.shape[0])
+        ]
+
+    def truth(self, tx: Translator) -> bool:
+        raise Unsupported("data-dependent branch on a tensor value (bool(tensor))")
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+class ContainerVariable(VariableTracker):
+    """Shared behaviour of lists and tuples."""
+
+    def __init__(self, items: list[VariableTracker], source: str | None = None):
+        self.items = list(items)
+        self.source = source
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return list(self.items)
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.items)
+
+    def is_constant(self) -> bool:
+        return all(i.is_constant() for i in self.items)
+
+    def as_python_constant(self) -> Any:
+        return self.python_type()(i.as_python_constant() for i in self.items)
+
+    def getitem(self, tx: Translator, index: Any) -> VariableTracker:
+        if isinstance(index, slice):
+            return (
+                type(self)(self.items[index])
+                if type(self) is not TupleVariable
+                else TupleVariable(self.items[index])
+            )
+        if isinstance(index, int):
+            try:
+                return self.items[index]
+            except IndexError as e:
+                raise Unsupported(f"index {index} out of range of a {self.describe()}") from e
+        raise Unsupported(f"indexing a {self.describe()} with {type(index).__name__}")
+
+
+class ListVariable(ContainerVariable):
+    """A Python list; mutations of a list with a source are replayed after the graph."""
+
+    def python_type(self) -> type:
+        return list
+
+    def is_constant(self) -> bool:
+        return False
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        items = self.items
+        if name in (
+            "append",
+            "extend",
+            "insert",
+            "pop",
+            "clear",
+            "reverse",
+            "remove",
+            "sort",
+            "__setitem__",
+        ):
+            tx.output.side_effects.mutate(self)
+        if name == "append":
+            items.append(args[0])
+        elif name == "extend":
+            items.extend(tx.unpack_iterable(args[0]))
+        elif name == "insert":
+            items.insert(args[0].as_python_constant(), args[1])
+        elif name == "pop":
+            index = args[0].as_python_constant() if args else -1
+            return items.pop(index)
+        elif name == "clear":
+            items.clear()
+        elif name == "reverse":
+            items.reverse()
+        elif name == "remove":
+            value = args[0].as_python_constant()
+            for i, item in enumerate(items):
+                if item.is_constant() and item.as_python_constant() == value:
+                    del items[i]
+                    break
+            else:
+                raise Unsupported("list.remove of a value not found")
+        elif name == "sort" and not kwargs:
+            values = sorted(i.as_python_constant() for i in items)
+            items[:] = [ConstantVariable(v) for v in values]
+        elif name in ("index", "count", "copy", "__len__"):
+            if name == "copy":
+                return ListVariable(items)
+            if name == "__len__":
+                return ConstantVariable(len(items))
+            values = [i.as_python_constant() for i in items]
+            return ConstantVariable(getattr(values, name)(args[0].as_python_constant()))
+        else:
+            raise Unsupported(f"list.{name}")
+        return ConstantVariable(None)
+
+
+class TupleVariable(ContainerVariable):
+    """A tuple, a namedtuple (``cls``) or a torch structseq such as ``torch.return_types.max``."""
+
+    def __init__(
+        self,
+        items: list[VariableTracker],
+        source: str | None = None,
+        cls: type = tuple,
+        fields: tuple[str, ...] | None = None,
+    ):
+        super().__init__(items, source)
+        self.cls = cls
+        self.fields = fields
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def as_python_constant(self) -> Any:
+        if self.cls is not tuple:
+            raise Unsupported(f"{self.cls.__name__} is not a Python constant")
+        return super().as_python_constant()
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if self.fields and name in self.fields:
+            return self.items[self.fields.index(name)]
+        if name in ("index", "count", "_asdict", "_replace"):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of {self.cls.__name__}")
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name in ("index", "count"):
+            values = [i.as_python_constant() for i in self.items]
+            return ConstantVariable(getattr(values, name)(args[0].as_python_constant()))
+        if name == "_asdict" and self.fields:
+            return DictVariable(dict(zip(self.fields, self.items)))
+        if name == "_replace" and self.fields:
+            items = list(self.items)
+            for key, value in kwargs.items():
+                items[self.fields.index(key)] = value
+            return TupleVariable(items, cls=self.cls, fields=self.fields)
+        return super().call_method(tx, name, args, kwargs)
+
+
+class DictVariable(VariableTracker):
+    """A dict with constant keys; mutations of a dict with a source are replayed."""
+
+    def __init__(self, items: dict, source: str | None = None):
+        self.items = dict(items)
+        self.source = source
+
+    def python_type(self) -> type:
+        return dict
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.items)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return [ConstantVariable(k) for k in self.items]
+
+    def getitem(self, tx: Translator, key: Any) -> VariableTracker:
+        try:
+            return self.items[key]
+        except KeyError as e:
+            raise Unsupported(f"dict key {key!r} not found") from e
+        except TypeError as e:
+            raise Unsupported(f"unhashable dict key {key!r}") from e
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        items = self.items
+        consts = [a.as_python_constant() if a.is_constant() else a for a in args[:1]]
+        if name in (
+            "__setitem__",
+            "update",
+            "pop",
+            "setdefault",
+            "clear",
+            "popitem",
+            "__delitem__",
+        ):
+            tx.output.side_effects.mutate(self)
+        if name == "__setitem__":
+            items[consts[0]] = args[1]
+        elif name == "__delitem__":
+            del items[consts[0]]
+        elif name == "get":
+            return items.get(consts[0], args[1] if len(args) > 1 else ConstantVariable(None))
+        elif name == "keys":
+            return ListVariable([ConstantVariable(k) for k in items])
+        elif name == "values":
+            return ListVariable(list(items.values()))
+        elif name == "items":
+            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
+        elif name == "update":
+            if args:
+                other = args[0]
+                if not isinstance(other, DictVariable):
+                    raise Unsupported(f"dict.update with {other.describe()}")
+                items.update(other.items)
+            for key, value in kwargs.items():
+                items[key] = value
+        elif name == "pop":
+            if consts[0] in items:
+                return items.pop(consts[0])
+            if len(args) > 1:
+                return args[1]
+            raise Unsupported(f"dict.pop of missing key {consts[0]!r}")
+        elif name == "setdefault":
+            return items.setdefault(consts[0], args[1] if len(args) > 1 else ConstantVariable(None))
+        elif name == "clear":
+            items.clear()
+        elif name == "copy":
+            return DictVariable(items)
+        elif name == "__contains__":
+            return ConstantVariable(consts[0] in items)
+        elif name == "__len__":
+            return ConstantVariable(len(items))
+        else:
+            raise Unsupported(f"dict.{name}")
+        return ConstantVariable(None)
+
+
+class SetVariable(VariableTracker):
+    """A set of constants (its elements are tracked as Python values)."""
+
+    def __init__(self, values: set, source: str | None = None):
+        self.values = set(values)
+        self.source = source
+
+    def python_type(self) -> type:
+        return set
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.values)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return [ConstantVariable(v) for v in self.values]
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        consts = [a.as_python_constant() for a in args]
+        if name in ("add", "discard", "remove", "update", "clear", "pop"):
+            tx.output.side_effects.mutate(self)
+        if name in ("add", "discard", "remove", "clear"):
+            getattr(self.values, name)(*consts)
+        elif name == "update":
+            for c in consts:
+                self.values.update(c)
+        elif name in (
+            "union",
+            "intersection",
+            "difference",
+            "issubset",
+            "issuperset",
+            "__contains__",
+        ):
+            result = getattr(self.values, name)(*consts)
+            return SetVariable(result) if isinstance(result, set) else ConstantVariable(result)
+        else:
+            raise Unsupported(f"set.{name}")
+        return ConstantVariable(None)
+
+
+class IteratorVariable(VariableTracker):
+    """An iterator over known items (lists, ranges, zip, enumerate... are materialised)."""
+
+    def __init__(self, items: list[VariableTracker]):
+        self.items = items
+        self.index = 0
+
+    def python_type(self) -> type:
+        return type(iter([]))
+
+    def next(self) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        self.index += 1
+        return self.items[self.index - 1]
+
+    def remaining(self) -> list[VariableTracker]:
+        return self.items[self.index :]
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        rest = self.remaining()
+        self.index = len(self.items)
+        return rest
+
+
+class SliceVariable(VariableTracker):
+    """A slice whose bounds are not all constants (e.g. computed from tensors)."""
+
+    def __init__(self, parts: list[VariableTracker]):
+        self.parts = parts
+
+    def python_type(self) -> type:
+        return slice
+
+
+class CellVariable(VariableTracker):
+    """A cell created by the frame (``MAKE_CELL``), shared with nested functions."""
+
+    def __init__(self, contents: VariableTracker | None = None):
+        self.contents = contents
+
+
+class BoundMethodVariable(VariableTracker):
+    """``obj.name`` looked up for a call: the call goes to ``obj.call_method``."""
+
+    def __init__(self, obj: VariableTracker, name: str):
+        self.obj = obj
+        self.name = name
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def describe(self) -> str:
+        return f"method {self.name!r} of {self.obj.describe()}"
+
+
+class ValueVariable(VariableTracker):
+    """A real Python object held by identity (guarded with ``is`` when it has a source)."""
+
+    def __init__(self, value: Any, source: str | None = None):
+        self.value = value
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        name = getattr(self.value, "__qualname__", None) or type(self.value).__name__
+        return f"{type(self).__name__.removesuffix('Variable').lower()} {name}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class BuiltinVariable(ValueVariable):
+    """A builtin, ``math``/``operator`` function or a method of a constant: see ``builtins.py``."""
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        from torchkiln.capture.builtins import call_builtin
+
+        return call_builtin(tx, self.value, args, kwargs)
+
+
+class OpaqueVariable(ValueVariable):
+    """An object torchkiln passes around but cannot look into (C functions, numpy arrays, loggers).
+
+    Calling it, or a method of it, is ``Unsupported`` (a graph break that
+    runs the call natively); only its type is guarded.
+    """
+
+    def describe(self) -> str:
+        name = getattr(self.value, "__qualname__", None) or type(self.value).__name__
+        module = getattr(self.value, "__module__", None) or type(self.value).__module__
+        return f"{module}.{name}"
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        raise Unsupported(f"calling {self.describe()} (C function or untraceable callable)")
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return OpaqueAttributeVariable(self, name)
+
+
+class OpaqueAttributeVariable(VariableTracker):
+    """``opaque.name``: rebuilt as that expression when a graph break needs it."""
+
+    def __init__(self, obj: OpaqueVariable, name: str):
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{type(self.obj.value).__qualname__}.{self.name}"
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        raise Unsupported(
+            f"calling {self.describe()} of a {type(self.obj.value).__module__} object (not traced)"
+        )
+
+
+class TorchFunctionVariable(ValueVariable):
+    """A torch callable: calling it on tensors adds a node to the graph."""
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        from torchkiln.capture.torch_functions import call_torch_function
+
+        return call_torch_function(tx, self.value, args, kwargs)
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return tx.output.wrap(getattr(self.value, name), None)
+
+
+class PythonModuleVariable(ValueVariable):
+    """A Python module (``torch``, ``math``, a user module): attributes are read through."""
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        try:
+            value = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"module {self.value.__name__} has no attribute {name!r}") from e
+        if _is_torch_module(self.value) or self.value.__name__ in ("math", "operator", "builtins"):
+            return tx.output.wrap(value, None)
+        return tx.output.wrap(value, f"{self.source}.{name}" if self.source else None)
+
+
+def _is_torch_module(module: types.ModuleType) -> bool:
+    return module.__name__ == "torch" or module.__name__.startswith("torch.")
+
+
+class UserFunctionVariable(ValueVariable):
+    """A user Python function: calls are inlined into the graph being built."""
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return tx.inline_call(self.value, args, kwargs)
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantVariable(getattr(self.value, name))
+        raise Unsupported(f"attribute {name!r} of function {self.value.__qualname__}")
+
+
+class NestedFunctionVariable(VariableTracker):
+    """A function created by ``MAKE_FUNCTION`` inside the frame (closures, lambdas, comprehensions)."""
+
+    def __init__(
+        self,
+        code: types.CodeType,
+        defaults: tuple | None,
+        kwdefaults: dict | None,
+        closure: tuple | None,
+        globals_: dict,
+    ):
+        self.code = code
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.closure = closure
+        self.globals = globals_
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def describe(self) -> str:
+        return f"nested function {self.code.co_name}"
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return tx.inline_nested(self, args, kwargs)
+
+
+class UserMethodVariable(VariableTracker):
+    """A user function bound to a tracked ``self``."""
+
+    def __init__(self, fn: Any, obj: VariableTracker):
+        self.fn = fn
+        self.obj = obj
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def describe(self) -> str:
+        return f"method {getattr(self.fn, '__qualname__', self.fn)}"
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        if isinstance(self.fn, types.FunctionType):
+            return tx.inline_call(self.fn, [self.obj, *args], kwargs)
+        return tx.output.wrap(self.fn, None).call(tx, [self.obj, *args], kwargs)
+
+
+class PartialVariable(VariableTracker):
+    """``functools.partial(func, *args, **kwargs)``."""
+
+    def __init__(self, func: VariableTracker, args: list, kwargs: dict, source: str | None = None):
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        self.source = source
+
+    def python_type(self) -> type:
+        import functools
+
+        return functools.partial
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return self.func.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+
+class ClassVariable(ValueVariable):
+    """A class: calling builds namedtuples, dataclasses and known torch objects."""
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        from torchkiln.capture.builtins import construct_class
+
+        return construct_class(tx, self.value, args, kwargs)
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        try:
+            value = (
+                self.value.__dict__[name]
+                if name in self.value.__dict__
+                else getattr(self.value, name)
+            )
+        except AttributeError as e:
+            raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}") from e
+        if isinstance(value, staticmethod):
+            value = value.__func__
+        elif isinstance(value, classmethod):
+            return UserMethodVariable(value.__func__, self)
+        return tx.output.wrap(value, f"{self.source}.{name}" if self.source else None)
+
+
+class UserObjectVariable(ValueVariable):
+    """An instance of a user class. ``value`` is None for a dataclass built by the frame."""
+
+    def __init__(
+        self,
+        value: Any,
+        source: str | None = None,
+        cls: type | None = None,
+        attrs: dict | None = None,
+    ):
+        super().__init__(value, source)
+        self.cls = cls if cls is not None else type(value)
+        self.attrs: dict[str, VariableTracker] = dict(attrs or {})
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        return f"{self.cls.__name__} object"
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in self.attrs:
+            return self.attrs[name]
+        class_attr = _class_lookup(self.cls, name)
+        if isinstance(class_attr, property):
+            return tx.output.wrap(class_attr.fget, None).call(tx, [self], {})
+        if self.value is not None and name in getattr(self.value, "__dict__", {}):
+            return tx.output.wrap(
+                self.value.__dict__[name], f"{self.source}.{name}" if self.source else None
+            )
+        if isinstance(class_attr, types.FunctionType):
+            return UserMethodVariable(class_attr, self)
+        if isinstance(class_attr, staticmethod):
+            return tx.output.wrap(class_attr.__func__, None)
+        if isinstance(class_attr, classmethod):
+            return UserMethodVariable(class_attr.__func__, ClassVariable(self.cls))
+        if class_attr is not _MISSING:
+            return tx.output.wrap(class_attr, None)
+        if self.source:
+            tx.output.guards.add(
+                f"not hasattr({self.source}, {name!r})", 2, f"{self.source} has no {name!r}"
+            )
+        raise Unsupported(f"{self.describe()} has no attribute {name!r}")
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        call = _class_lookup(self.cls, "__call__")
+        if not isinstance(call, types.FunctionType):
+            raise Unsupported(f"calling {self.describe()}")
+        return tx.inline_call(call, [self, *args], kwargs)
+
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        if self.value is not None:
+            tx.output.side_effects.store_attr(self, name, value)
+        self.attrs[name] = value
+
+
+_MISSING = object()
+
+
+def _class_lookup(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+class NNModuleVariable(ValueVariable):
+    """An ``nn.Module`` guarded by identity and ``training``; calls inline ``forward``."""
+
+    def __init__(self, value: torch.nn.Module, source: str | None = None):
+        super().__init__(value, source)
+        self.attrs: dict[str, VariableTracker] = {}
+
+    def describe(self) -> str:
+        return f"module {type(self.value).__name__}"
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return tx.output.module_getattr(self, name, tx)
+
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        tx.output.side_effects.store_attr(self, name, value)
+        self.attrs[name] = value
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return tx.output.call_module(tx, self, args, kwargs)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        from torchkiln.capture.output_graph import MODULE_MEMBER_METHODS
+
+        if name in MODULE_MEMBER_METHODS and name not in self.value.__dict__:
+            return tx.output.module_members(self, name, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return tx.output.module_children(self)
+
+
+class GradModeVariable(VariableTracker):
+    """``torch.no_grad()`` / ``enable_grad()`` / ``set_grad_enabled(b)`` as a context manager."""
+
+    def __init__(self, mode: bool, prev: bool | None = None):
+        self.mode = mode
+        self.prev = prev  # set when the mode is already applied (set_grad_enabled)
+
+    def python_type(self) -> type:
+        return torch.autograd.grad_mode.set_grad_enabled
+
+    def enter(self, tx: Translator) -> VariableTracker:
+        prev = self.prev if self.prev is not None else tx.output.grad_enabled
+        tx.output.set_grad_enabled(self.mode)
+        return GradModeExitVariable(prev)
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        if len(args) == 1 and isinstance(args[0], (UserFunctionVariable, NestedFunctionVariable)):
+            return GradModeDecoratedVariable(self.mode, args[0])
+        raise Unsupported("calling a grad-mode context object")
+
+
+class GradModeDecoratedVariable(VariableTracker):
+    """A function decorated with ``@torch.no_grad()`` and friends."""
+
+    def __init__(self, mode: bool, fn: VariableTracker):
+        self.mode = mode
+        self.fn = fn
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        prev = tx.output.grad_enabled
+        tx.output.set_grad_enabled(self.mode)
+        result = self.fn.call(tx, args, kwargs)
+        tx.output.set_grad_enabled(prev)
+        return result
+
+
+class GradModeExitVariable(VariableTracker):
+    """The ``__exit__`` a grad-mode ``with`` block leaves on the stack: restores ``prev``."""
+
+    def __init__(self, prev: bool):
+        self.prev = prev
+
+    def python_type(self) -> type:
+        from torchkiln.capture.runtime import GradModeRestore
+
+        return GradModeRestore
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        tx.output.set_grad_enabled(self.prev)
+        return ConstantVariable(None)
+
+
+class SuperVariable(VariableTracker):
+    """``super()`` (or ``super(cls, obj)``): attribute lookup starts after ``cls`` in the MRO."""
+
+    def __init__(self, cls: type, obj: VariableTracker):
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        mro = self.obj.python_type().__mro__
+        for klass in mro[mro.index(self.cls) + 1 :]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVariable(attr, self.obj)
+                if isinstance(attr, staticmethod):
+                    return tx.output.wrap(attr.__func__, None)
+                if isinstance(attr, classmethod):
+                    return UserMethodVariable(attr.__func__, ClassVariable(self.obj.python_type()))
+                if attr is object.__init__:
+                    return BuiltinVariable(_object_init)
+                return tx.output.wrap(attr, None)
+        raise Unsupported(f"super() has no attribute {name!r}")
+
+
+def _object_init(*args: Any) -> None:
+    """``object.__init__`` reached through ``super().__init__()``: nothing to do."""

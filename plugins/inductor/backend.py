@@ -1,0 +1,87 @@
+"""The backend compile function: a torch-level graph in, a compiled callable out.
+
+``compile_graph(gm, example_inputs, **options)`` hands the graph to the
+shared AOT-autograd layer (``torchkiln.aot.aot_autograd``) with
+:func:`compile_fx` as forward, backward and inference compiler, and the
+decompositions in :func:`decompositions` (core aten, minus the ops this
+backend lowers whole, like gelu, layer_norm and softmax).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+
+from torchkiln.exc import NotImplementedYet
+
+from .compile_fx import compile_fx
+from .lowering import LOWERINGS
+from .options import parse_options
+
+
+@functools.cache
+def lowered_ops() -> frozenset:
+    """Ops the lowering handles whole (kept out of the decomposition table)."""
+    return frozenset(LOWERINGS)
+
+
+#: ops without a lowering that decompose well into ops that have one
+_EXTRA_DECOMPOSITIONS = (
+    "native_layer_norm_backward",
+    "native_group_norm",
+    "native_group_norm_backward",
+    "_native_batch_norm_legit_no_training",
+    "leaky_relu",
+    "elu",
+    "hardtanh",
+    "diagonal",
+    "embedding_dense_backward",
+    "leaky_relu_backward",
+    "elu_backward",
+    "hardtanh_backward",
+    "upsample_nearest2d",
+)
+
+
+def decompositions() -> dict:
+    """Decomposition table for the AOT layer: core aten, keeping what we lower whole."""
+    from torch._decomp import get_decompositions
+
+    import torchkiln.aot as aot
+
+    keep = lowered_ops()
+    table = dict(aot.default_decompositions(keep=keep))
+    extra = [getattr(torch.ops.aten, name) for name in _EXTRA_DECOMPOSITIONS]
+    table.update({op: fn for op, fn in get_decompositions(extra).items() if op not in keep})
+    return table
+
+
+def _check_devices(example_inputs: list[Any]) -> None:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            raise NotImplementedYet(
+                "the inductor backend generates C++ for CPU tensors only; GPU code generation "
+                f"(Triton) is not built yet (got a {x.device.type} input): use "
+                "backend='aot_eager' on GPU for now"
+            )
+
+
+def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) -> Callable:
+    """torchkiln backend entry point (``backend="inductor"``)."""
+    opts = parse_options(options)
+    _check_devices(example_inputs)
+    import torchkiln.aot as aot
+
+    def compiler(graph: GraphModule, inputs: list[Any]) -> Callable:
+        return compile_fx(graph, list(inputs), opts)
+
+    return aot.aot_autograd(
+        fw_compiler=compiler,
+        bw_compiler=compiler,
+        inference_compiler=compiler,
+        decompositions=decompositions(),
+    )(gm, example_inputs)

@@ -1,0 +1,1 @@
+"""Code generators: C++/OpenMP kernels (cpp) and the Python wrapper (wrapper)."""

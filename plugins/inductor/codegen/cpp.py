@@ -1,0 +1,936 @@
+"""C++/OpenMP code generation for fused kernels.
+
+In: a :class:`~torchkiln_inductor.scheduler.FusedKernel`. Out: one
+``extern "C"`` function. The outer loops run in parallel with OpenMP (when
+the work is big enough); each node's body is emitted by running it under
+:class:`CppOpsHandler`, which turns ``ops.*`` calls into typed C++
+statements with common-subexpression elimination. Consecutive nodes with the
+same inner loops share one loop ("segment"); a value stored and read at the
+same index in a segment is forwarded in a register, and a reduction result
+read later in the kernel stays a local scalar. Reductions accumulate in
+``simdlen`` independent lanes so gcc vectorizes them, then combine the lanes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..indexing import Expr, Indirect, contiguous_strides, linear_index
+from ..ir import GraphIR, Reduction, Scatter, compute_dtype
+from ..scheduler import FusedKernel, Schedule, SchedulerNode, kernel_vars
+from ..virtualized import set_ops_handler
+
+PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
+
+STORAGE_TYPES = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "uint16_t",
+    torch.bfloat16: "uint16_t",
+    torch.int8: "int8_t",
+    torch.uint8: "uint8_t",
+    torch.int16: "int16_t",
+    torch.int32: "int32_t",
+    torch.int64: "int64_t",
+    torch.bool: "bool",
+}
+COMPUTE_TYPES = {**STORAGE_TYPES, torch.float16: "float", torch.bfloat16: "float"}
+FLOAT_TYPES = (torch.float32, torch.float64)
+
+
+def supports_dtype(dtype: torch.dtype) -> bool:
+    return dtype in STORAGE_TYPES
+
+
+def ctype(dtype: torch.dtype) -> str:
+    return COMPUTE_TYPES[compute_dtype(dtype)]
+
+
+@dataclass(frozen=True)
+class CppValue:
+    name: str
+    dtype: torch.dtype  # a compute dtype
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class _Scope:
+    """Emitted lines plus the CSE table; nested scopes see their parents' entries."""
+
+    def __init__(self, parent: _Scope | None = None):
+        self.lines: list[str] = []
+        self.cse: dict[str, CppValue] = {}
+        self.parent = parent
+
+    def lookup(self, key: str) -> CppValue | None:
+        scope: _Scope | None = self
+        while scope is not None:
+            if key in scope.cse:
+                return scope.cse[key]
+            scope = scope.parent
+        return None
+
+
+def cpp_literal(value: Any, dtype: torch.dtype) -> str:
+    dtype = compute_dtype(dtype)
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        t = COMPUTE_TYPES[dtype]
+        value = float(value)
+        if math.isnan(value):
+            return f"std::numeric_limits<{t}>::quiet_NaN()"
+        if math.isinf(value):
+            sign = "-" if value < 0 else ""
+            return f"{sign}std::numeric_limits<{t}>::infinity()"
+        return f"static_cast<{t}>({value!r})"
+    value = int(value)
+    if dtype == torch.int64 and value == -(2**63):
+        return "std::numeric_limits<int64_t>::min()"
+    return f"static_cast<{COMPUTE_TYPES[dtype]}>({value}LL)"
+
+
+_UNARY_FLOAT = {
+    "exp": "std::exp({x})",
+    "exp2": "std::exp2({x})",
+    "expm1": "std::expm1({x})",
+    "log": "std::log({x})",
+    "log2": "std::log2({x})",
+    "log10": "std::log10({x})",
+    "log1p": "std::log1p({x})",
+    "sqrt": "std::sqrt({x})",
+    "rsqrt": "{one} / std::sqrt({x})",
+    "sin": "std::sin({x})",
+    "cos": "std::cos({x})",
+    "tan": "std::tan({x})",
+    "asin": "std::asin({x})",
+    "acos": "std::acos({x})",
+    "atan": "std::atan({x})",
+    "sinh": "std::sinh({x})",
+    "cosh": "std::cosh({x})",
+    "tanh": "std::tanh({x})",
+    "asinh": "std::asinh({x})",
+    "acosh": "std::acosh({x})",
+    "atanh": "std::atanh({x})",
+    "erf": "kiln_erf({x})",
+    "erfc": "std::erfc({x})",
+    "erfinv": "static_cast<{t}>(kiln_erfinv({x}))",
+    "sigmoid": "kiln_sigmoid({x})",
+    "reciprocal": "{one} / {x}",
+    "floor": "std::floor({x})",
+    "ceil": "std::ceil({x})",
+    "round": "std::nearbyint({x})",
+    "trunc": "std::trunc({x})",
+    "lgamma": "std::lgamma({x})",
+    "frac": "({x} - std::trunc({x}))",
+}
+
+
+class CppOpsHandler:
+    """Answers ``ops.*`` calls by emitting C++ into the current scope of a kernel."""
+
+    def __init__(self, kernel: CppKernel, scope: _Scope):
+        self.kernel = kernel
+        self.scope = scope
+
+    # -- plumbing -------------------------------------------------------------
+    def _emit(self, text: str, dtype: torch.dtype) -> CppValue:
+        dtype = compute_dtype(dtype)
+        key = f"{COMPUTE_TYPES[dtype]}|{text}"
+        hit = self.scope.lookup(key)
+        if hit is not None:
+            return hit
+        name = self.kernel.new_tmp()
+        self.scope.lines.append(f"{COMPUTE_TYPES[dtype]} {name} = {text};")
+        value = CppValue(name, dtype)
+        self.scope.cse[key] = value
+        return value
+
+    def index(self, expr: Expr) -> str:
+        return expr.render()
+
+    # -- memory and constants ----------------------------------------------------
+    def load(self, name: str, index: Expr) -> CppValue:
+        forwarded = self.kernel.forwarded(name, index)
+        if forwarded is not None:
+            return forwarded
+        slot = self.kernel.local_slot(name)
+        if slot is not None:
+            return self._emit(slot, self.kernel.graph.buffer(name).dtype)
+        ptr, dtype = self.kernel.input_pointer(name)
+        raw = f"{ptr}[{self.index(index)}]"
+        if dtype == torch.bfloat16:
+            raw = f"kiln_bf16_to_float({raw})"
+        elif dtype == torch.float16:
+            raw = f"kiln_f16_to_float({raw})"
+        return self._emit(raw, dtype)
+
+    def constant(self, value: Any, dtype: torch.dtype) -> CppValue:
+        return self._emit(cpp_literal(value, dtype), dtype)
+
+    def index_expr(self, expr: Expr, dtype: torch.dtype) -> CppValue:
+        return self._emit(f"static_cast<{ctype(dtype)}>({self.index(expr)})", dtype)
+
+    def to_dtype(self, x: CppValue, dtype: torch.dtype) -> CppValue:
+        target = compute_dtype(dtype)
+        if dtype == torch.bool:
+            return x if x.dtype == torch.bool else self._emit(f"({x} != 0)", torch.bool)
+        if target == x.dtype:
+            out = x
+        else:
+            out = self._emit(f"static_cast<{COMPUTE_TYPES[target]}>({x})", target)
+        if dtype == torch.bfloat16:
+            out = self._emit(f"kiln_round_bf16({out})", target)
+        elif dtype == torch.float16:
+            out = self._emit(f"kiln_round_f16({out})", target)
+        return out
+
+    def indirect_indexing(self, x: CppValue, size: int, wrap: bool = True) -> Expr:
+        name = self.kernel.new_tmp("idx")
+        text = f"static_cast<int64_t>({x})"
+        if wrap:
+            self.scope.lines.append(f"int64_t {name} = {text} < 0 ? {text} + {size}LL : {text};")
+        else:
+            self.scope.lines.append(f"int64_t {name} = {text};")
+        return Expr.of(Indirect(name, size))
+
+    def masked(self, mask: CppValue, body, other: Any) -> CppValue:
+        """``body()`` where ``mask`` holds, else ``other``; body's loads run only under the mask."""
+        outer = self.scope
+        inner = _Scope(parent=outer)
+        self.scope = inner
+        try:
+            result = body()
+        finally:
+            self.scope = outer
+        dtype = result.dtype
+        name = self.kernel.new_tmp()
+        t = COMPUTE_TYPES[dtype]
+        lines = [f"{t} {name} = {cpp_literal(other, dtype)};", f"if ({mask}) {{"]
+        lines += ["    " + line for line in inner.lines]
+        lines += [f"    {name} = {result};", "}"]
+        outer.lines.extend(lines)
+        return CppValue(name, dtype)
+
+    def where(self, cond: CppValue, a: CppValue, b: CppValue) -> CppValue:
+        dtype = a.dtype
+        return self._emit(f"({cond} ? {a} : static_cast<{COMPUTE_TYPES[dtype]}>({b}))", dtype)
+
+    def rand(self, seed_index: int, offset: Expr, dtype: torch.dtype) -> CppValue:
+        seed = self.load(self.kernel.seed_buffer, Expr.of(seed_index))
+        return self._emit(
+            f"static_cast<{ctype(dtype)}>(kiln_rand({seed}, {self.index(offset)}))", dtype
+        )
+
+    def randn(self, seed_index: int, offset: Expr, dtype: torch.dtype) -> CppValue:
+        seed = self.load(self.kernel.seed_buffer, Expr.of(seed_index))
+        return self._emit(
+            f"static_cast<{ctype(dtype)}>(kiln_randn({seed}, {self.index(offset)}))", dtype
+        )
+
+    # -- math ----------------------------------------------------------------------
+    def __getattr__(self, name: str):
+        if name in _UNARY_FLOAT:
+            template = _UNARY_FLOAT[name]
+
+            def unary(x: CppValue) -> CppValue:
+                t = COMPUTE_TYPES[x.dtype]
+                if x.dtype not in FLOAT_TYPES:
+                    raise TypeError(f"ops.{name} needs a floating value, got {x.dtype}")
+                return self._emit(template.format(x=x, t=t, one=f"static_cast<{t}>(1)"), x.dtype)
+
+            return unary
+        raise AttributeError(name)
+
+    def neg(self, x):
+        if x.dtype == torch.bool:
+            return x
+        return self._emit(f"static_cast<{COMPUTE_TYPES[x.dtype]}>(-{x})", x.dtype)
+
+    def abs(self, x):
+        if x.dtype == torch.bool:
+            return x
+        return self._emit(f"static_cast<{COMPUTE_TYPES[x.dtype]}>(std::abs({x}))", x.dtype)
+
+    def relu(self, x):
+        zero = cpp_literal(0, x.dtype)
+        return self._emit(f"({x} < {zero} ? {zero} : {x})", x.dtype)
+
+    def sign(self, x):
+        return self._emit(f"kiln_sign({x})", x.dtype)
+
+    def signbit(self, x):
+        if x.dtype in FLOAT_TYPES:
+            return self._emit(f"std::signbit({x})", torch.bool)
+        return self._emit(f"({x} < 0)", torch.bool)
+
+    def logical_not(self, x):
+        return self._emit(f"!({x})", torch.bool)
+
+    def bitwise_not(self, x):
+        if x.dtype == torch.bool:
+            return self._emit(f"!({x})", torch.bool)
+        return self._emit(f"static_cast<{COMPUTE_TYPES[x.dtype]}>(~{x})", x.dtype)
+
+    def isnan(self, x):
+        return self._emit(f"std::isnan({x})" if x.dtype in FLOAT_TYPES else "false", torch.bool)
+
+    def isinf(self, x):
+        return self._emit(f"std::isinf({x})" if x.dtype in FLOAT_TYPES else "false", torch.bool)
+
+    def isfinite(self, x):
+        return self._emit(f"std::isfinite({x})" if x.dtype in FLOAT_TYPES else "true", torch.bool)
+
+    def _arith(self, a, b, op):
+        t = COMPUTE_TYPES[a.dtype]
+        return self._emit(f"static_cast<{t}>({a} {op} {b})", a.dtype)
+
+    def add(self, a, b):
+        return self._arith(a, b, "+")
+
+    def sub(self, a, b):
+        return self._arith(a, b, "-")
+
+    def mul(self, a, b):
+        if a.dtype == torch.bool:
+            return self._emit(f"({a} && {b})", torch.bool)
+        return self._arith(a, b, "*")
+
+    def truediv(self, a, b):
+        return self._arith(a, b, "/")
+
+    def trunc_div(self, a, b):
+        if a.dtype in FLOAT_TYPES:
+            return self._emit(f"std::trunc({a} / {b})", a.dtype)
+        return self._arith(a, b, "/")
+
+    def floordiv(self, a, b):
+        return self._emit(f"kiln_floordiv({a}, {b})", a.dtype)
+
+    def remainder(self, a, b):
+        return self._emit(f"kiln_remainder({a}, {b})", a.dtype)
+
+    def fmod(self, a, b):
+        if a.dtype in FLOAT_TYPES:
+            return self._emit(f"std::fmod({a}, {b})", a.dtype)
+        return self._arith(a, b, "%")
+
+    def pow(self, a, b):
+        if a.dtype in FLOAT_TYPES:
+            return self._emit(f"std::pow({a}, {b})", a.dtype)
+        return self._emit(f"kiln_ipow({a}, {b})", a.dtype)
+
+    def maximum(self, a, b):
+        return self._emit(f"kiln_max({a}, {b})", a.dtype)
+
+    def minimum(self, a, b):
+        return self._emit(f"kiln_min({a}, {b})", a.dtype)
+
+    def atan2(self, a, b):
+        return self._emit(f"std::atan2({a}, {b})", a.dtype)
+
+    def hypot(self, a, b):
+        return self._emit(f"std::hypot({a}, {b})", a.dtype)
+
+    def copysign(self, a, b):
+        return self._emit(f"std::copysign({a}, {b})", a.dtype)
+
+    def _compare(self, a, b, op):
+        return self._emit(f"({a} {op} {b})", torch.bool)
+
+    def eq(self, a, b):
+        return self._compare(a, b, "==")
+
+    def ne(self, a, b):
+        return self._compare(a, b, "!=")
+
+    def lt(self, a, b):
+        return self._compare(a, b, "<")
+
+    def le(self, a, b):
+        return self._compare(a, b, "<=")
+
+    def gt(self, a, b):
+        return self._compare(a, b, ">")
+
+    def ge(self, a, b):
+        return self._compare(a, b, ">=")
+
+    def logical_and(self, a, b):
+        return self._emit(f"(({a} != 0) && ({b} != 0))", torch.bool)
+
+    def logical_or(self, a, b):
+        return self._emit(f"(({a} != 0) || ({b} != 0))", torch.bool)
+
+    def logical_xor(self, a, b):
+        return self._emit(f"(({a} != 0) != ({b} != 0))", torch.bool)
+
+    def bitwise_and(self, a, b):
+        return self._arith(a, b, "&")
+
+    def bitwise_or(self, a, b):
+        return self._arith(a, b, "|")
+
+    def bitwise_xor(self, a, b):
+        if a.dtype == torch.bool:
+            return self._emit(f"({a} != {b})", torch.bool)
+        return self._arith(a, b, "^")
+
+    def lshift(self, a, b):
+        return self._arith(a, b, "<<")
+
+    def rshift(self, a, b):
+        return self._arith(a, b, ">>")
+
+
+# ---------------------------------------------------------------------------
+# Kernel planning (shared with the wrapper: it must know which buffers are stored)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    inner: tuple[int, ...]
+    nodes: list[SchedulerNode] = field(default_factory=list)
+
+
+@dataclass
+class KernelPlan:
+    kernel: FusedKernel
+    segments: list[Segment]
+    stored: set[str]  # buffers this kernel writes to memory
+    # internal buffers re-read by later loops of the same outer iteration: a per-thread
+    # array of one outer iteration's elements instead of memory (name -> inner sizes)
+    local: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+#: largest per-thread local array, in bytes (they live on the stack)
+MAX_LOCAL_BYTES = 64 * 1024
+
+
+def plan_kernel(kernel: FusedKernel, internal: set[str]) -> KernelPlan:
+    segments: list[Segment] = []
+    where: dict[str, int] = {}
+    for node in kernel.nodes:
+        inner = kernel.inner_of(node)
+        reads = node.read_names()
+        cur = segments[-1] if segments else None
+        joins = (
+            cur is not None
+            and cur.inner == inner
+            and not any(n.is_reduction and n.name in reads for n in cur.nodes)
+        )
+        if not joins:
+            segments.append(Segment(inner))
+        segments[-1].nodes.append(node)
+        where[node.name] = len(segments) - 1
+    stored, local = set(), {}
+    for node in kernel.nodes:
+        if node.is_scatter:
+            continue
+        if node.name not in internal:
+            stored.add(node.name)
+            continue
+        if node.is_reduction:
+            continue
+        readers = [n for n in kernel.nodes if node.name in n.read_names()]
+        if all(where[r.name] == where[node.name] for r in readers):
+            continue
+        inner = kernel.inner_of(node)
+        nbytes = math.prod(inner) * 8
+        if all(kernel.inner_of(r) == inner for r in readers) and 0 < nbytes <= MAX_LOCAL_BYTES:
+            local[node.name] = inner
+        else:
+            stored.add(node.name)
+    return KernelPlan(kernel, segments, stored, local)
+
+
+# ---------------------------------------------------------------------------
+# Kernel emission
+# ---------------------------------------------------------------------------
+
+_INIT = {
+    "sum": lambda dt: cpp_literal(0, dt),
+    "prod": lambda dt: cpp_literal(1, dt),
+    "any": lambda dt: "false",
+    "all": lambda dt: "true",
+    "max": lambda dt: (
+        cpp_literal(float("-inf"), dt)
+        if dt in FLOAT_TYPES
+        else (
+            "false" if dt == torch.bool else f"std::numeric_limits<{COMPUTE_TYPES[dt]}>::lowest()"
+        )
+    ),
+    "min": lambda dt: (
+        cpp_literal(float("inf"), dt)
+        if dt in FLOAT_TYPES
+        else ("true" if dt == torch.bool else f"std::numeric_limits<{COMPUTE_TYPES[dt]}>::max()")
+    ),
+}
+_COMBINE = {
+    "sum": "{a} = {a} + {b};",
+    "prod": "{a} = {a} * {b};",
+    "any": "{a} = {a} || {b};",
+    "all": "{a} = {a} && {b};",
+    "max": "{a} = kiln_max({a}, {b});",
+    "min": "{a} = kiln_min({a}, {b});",
+}
+
+
+@dataclass
+class _Accumulator:
+    names: list[str]
+    dtype: torch.dtype
+    reduction_type: str
+
+
+class CppKernel:
+    """Emits one fused kernel as an ``extern "C"`` C++ function."""
+
+    def __init__(
+        self,
+        plan: KernelPlan,
+        graph: GraphIR,
+        simdlen: int,
+        threads: int | None,
+        parallel_threshold: int,
+    ):
+        self.plan = plan
+        self.graph = graph
+        self.simdlen = simdlen
+        self.threads = threads
+        self.parallel_threshold = parallel_threshold
+        self.seed_buffer = graph.seed_buffer.name if graph.seed_buffer is not None else ""
+        self._tmp = 0
+        self.params: dict[str, tuple[str, bool]] = {}  # buffer -> (param name, written)
+        self._forward: dict[tuple[str, Expr], CppValue] = {}
+        self._locals: dict[tuple[str, Expr], CppValue] = {}
+        self._inner_vars: list[Expr] = []
+
+    def new_tmp(self, prefix: str = "tmp") -> str:
+        self._tmp += 1
+        return f"{prefix}{self._tmp}"
+
+    # -- buffers ----------------------------------------------------------------
+    def _param(self, name: str, written: bool) -> str:
+        if name not in self.params:
+            self.params[name] = (f"{'out' if written else 'in'}_{name}", written)
+        elif written and not self.params[name][1]:
+            self.params[name] = (self.params[name][0], True)
+        return self.params[name][0]
+
+    def input_pointer(self, name: str) -> tuple[str, torch.dtype]:
+        return self._param(name, False), self.graph.buffer(name).dtype
+
+    def forwarded(self, name: str, index: Expr) -> CppValue | None:
+        return self._forward.get((name, index)) or self._locals.get((name, index))
+
+    def local_slot(self, name: str) -> str | None:
+        """``local_<name>[flat inner index]`` for a buffer kept in a per-thread array."""
+        if name not in self.plan.local:
+            return None
+        flat = linear_index(self._inner_vars, contiguous_strides(self.plan.local[name]))
+        return f"local_{name}[{flat.render()}]"
+
+    # -- emission -------------------------------------------------------------------
+    def emit(self) -> tuple[str, list[tuple[str, bool]]]:
+        """Returns (function body with placeholder name ``KERNEL_NAME``, [(buffer, written)])."""
+        kernel = self.plan.kernel
+        outer = kernel.outer
+        outer_vars = kernel_vars("o", outer)
+        body: list[str] = []
+        for name, inner in self.plan.local.items():
+            t = ctype(self.graph.buffer(name).dtype)
+            body.append(f"alignas(64) {t} local_{name}[{math.prod(inner)}];")
+        if self._column_mode():
+            loops = self._column_kernel(outer, outer_vars)
+        else:
+            for seg in self.plan.segments:
+                body += self._segment(seg, outer_vars)
+            pointwise_only = len(self.plan.segments) == 1 and not self.plan.segments[0].inner
+            loops = self._outer_loops(outer, body, pointwise_only)
+        params = []
+        ordered = sorted(self.params.items(), key=lambda kv: (kv[1][1], kv[0]))
+        for name, (pname, written) in ordered:
+            dtype = self.graph.buffer(name).dtype
+            const = "" if written else "const "
+            params.append(f"{const}{STORAGE_TYPES[dtype]}* {pname}")
+        sig = f'extern "C" void KERNEL_NAME({", ".join(params)})'
+        text = "\n".join([sig + " {", *("    " + line for line in loops), "}"])
+        return text, [(name, written) for name, (_, written) in ordered]
+
+    # -- column reductions: lanes run along the last outer dimension ---------------------
+    def _column_mode(self) -> bool:
+        """A reduction whose reduced elements are strided but whose outputs are contiguous.
+
+        Reducing dim 0 of a row-major matrix reads memory column-wise; vectorizing over
+        the inner loop would gather. Instead the lanes are consecutive outputs: each lane
+        accumulates its own output while the reduction loop walks down the rows.
+        """
+        segs = self.plan.segments
+        outer = self.plan.kernel.outer
+        if not outer or not segs or not segs[0].inner or any(s.inner for s in segs[1:]):
+            return False
+        if self.simdlen < 2 or not any(n.is_reduction for n in segs[0].nodes):
+            return False
+        last_outer = [v for v in kernel_vars("o", outer)][-1]
+        last_inner = [v for v in kernel_vars("i", segs[0].inner)][-1]
+        contiguous_out = strided_in = False
+        for node in segs[0].nodes:
+            reads, _ = node.accesses(outer)
+            for _, index in reads:
+                ov = next(iter(last_outer.free_vars()))
+                iv = next(iter(last_inner.free_vars()))
+                if index.coefficient(iv) == 1:
+                    return False
+                if index.coefficient(ov) == 1:
+                    contiguous_out = True
+                if index.coefficient(iv) not in (0, 1):
+                    strided_in = True
+        return contiguous_out and strided_in
+
+    def _column_kernel(self, outer: tuple[int, ...], outer_vars: list[Expr]) -> list[str]:
+        lanes = self.simdlen * 4
+        first, rest = self.plan.segments[0], self.plan.segments[1:]
+        n = len(outer) - 1
+        body, updates, results = self._segment_body(first, outer_vars)
+        lines = []
+        for acc, _, _ in updates:
+            lines += self._acc_init(acc, lanes)
+        inner = first.inner
+        for d, size in enumerate(inner):
+            lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
+        ind = "    " * len(inner)
+        lines += [f"{ind}{p}" for a, _, _ in updates for p in self._block_prologue(a)]
+        lines.append(f"{ind}#pragma omp simd")
+        lines.append(f"{ind}for (int64_t l = 0; l < nb; ++l) {{")
+        lines.append(f"{ind}    int64_t o{n} = ob + l;")
+        lines += [f"{ind}    {b}" for b in body]
+        lines += [f"{ind}    {self._acc_update(a, v, f, 'l', 'lane')}" for a, v, f in updates]
+        lines.append(f"{ind}}}")
+        lines += ["    " * d + "}" for d in reversed(range(len(inner)))]
+        for acc, _, _ in updates:
+            if acc.reduction_type == "welford":
+                b = acc.names[0]
+                lines.append(f"for (int l = 0; l < nb; ++l) {acc.names[2]}[l] = {b}_count;")
+        tail = [f"int64_t o{n} = ob + l;", *self._results(results, "l")]
+        for seg in rest:
+            tail += self._segment(seg, outer_vars)
+        lines += ["for (int64_t l = 0; l < nb; ++l) {", *("    " + t for t in tail), "}"]
+        out = []
+        parallel = self._work() >= self.parallel_threshold
+        if parallel:
+            clauses = [f"collapse({len(outer)})"] if len(outer) > 1 else []
+            if self.threads:
+                clauses.append(f"num_threads({self.threads})")
+            out.append(" ".join(["#pragma omp parallel for", *clauses]))
+        for d, size in enumerate(outer[:-1]):
+            out.append(f"{'    ' * d}for (int64_t o{d} = 0; o{d} < {size}; ++o{d}) {{")
+        ind = "    " * n
+        out.append(f"{ind}for (int64_t ob = 0; ob < {outer[-1]}; ob += {lanes}) {{")
+        out.append(f"{ind}    const int64_t nb = std::min<int64_t>({lanes}, {outer[-1]} - ob);")
+        out += [f"{ind}    {line}" for line in lines]
+        out.append(f"{ind}}}")
+        out += ["    " * d + "}" for d in reversed(range(n))]
+        return out
+
+    def _work(self) -> int:
+        outer = math.prod(self.plan.kernel.outer)
+        inner = sum(max(math.prod(s.inner), 1) for s in self.plan.segments)
+        return outer * inner
+
+    def _outer_loops(
+        self, outer: tuple[int, ...], body: list[str], pointwise_only: bool
+    ) -> list[str]:
+        if not outer:
+            return ["{", *("    " + b for b in body), "}"]
+        # a pointwise-only kernel keeps its last dimension serial for gcc to vectorize
+        vector_last = pointwise_only and len(outer) > 1
+        parallel_dims = len(outer) - 1 if vector_last else len(outer)
+        parallel = (
+            self._work() >= self.parallel_threshold
+            and math.prod(outer[:parallel_dims]) > 1
+            and not any(n.is_scatter for n in self.plan.kernel.nodes)
+        )
+        lines = []
+        for d, size in enumerate(outer):
+            ind = "    " * d
+            if d == 0 and parallel:
+                clauses = [f"collapse({parallel_dims})"] if parallel_dims > 1 else []
+                if self.threads:
+                    clauses.append(f"num_threads({self.threads})")
+                simd = " simd" if pointwise_only and len(outer) == 1 else ""
+                lines.append(" ".join([f"#pragma omp parallel for{simd}", *clauses]))
+            if pointwise_only and d == len(outer) - 1 and not (parallel and len(outer) == 1):
+                lines.append(f"{ind}#pragma GCC ivdep")
+            lines.append(f"{ind}for (int64_t o{d} = 0; o{d} < {size}; ++o{d}) {{")
+        ind = "    " * len(outer)
+        lines += [ind + b for b in body]
+        lines += ["    " * d + "}" for d in reversed(range(len(outer)))]
+        return lines
+
+    def _segment(self, seg: Segment, outer_vars: list[Expr]) -> list[str]:
+        body, updates, results = self._segment_body(seg, outer_vars)
+        lines: list[str] = []
+        lanes = self.simdlen if seg.inner and updates else 1
+        for acc, _, _ in updates:
+            lines += self._acc_init(acc, lanes)
+        lines += self._loops(seg.inner, body, updates, lanes)
+        for acc, _, _ in updates:
+            lines += self._acc_finish(acc, lanes)
+        return lines + self._results(results, "0")
+
+    def _results(self, results, lane: str) -> list[str]:
+        lines = []
+        for node, acc, store in results:
+            data = node.buffer.data
+            t = ctype(node.buffer.dtype)
+            name = self.new_tmp("red")
+            lines.append(
+                f"{t} {name} = static_cast<{t}>({self._acc_result(acc, data.output_index, lane)});"
+            )
+            final = CppValue(name, compute_dtype(node.buffer.dtype))
+            self._locals[(node.name, store)] = final
+            if node.name in self.plan.stored:
+                lines.append(self._store_line(node.name, store, final))
+        return lines
+
+    def _segment_body(self, seg: Segment, outer_vars: list[Expr]):
+        """Run the segment's nodes: (body lines, accumulator updates, reduction results)."""
+        inner_vars = kernel_vars("i", seg.inner)
+        self._inner_vars = inner_vars
+        self._forward = {}
+        scope = _Scope()
+        handler = CppOpsHandler(self, scope)
+        accs: dict[tuple[str, str], _Accumulator] = {}
+        updates: list[tuple[_Accumulator, CppValue, Expr | None]] = []
+        results: list[tuple[SchedulerNode, _Accumulator, Expr]] = []
+        with set_ops_handler(handler):
+            for node in seg.nodes:
+                value, store, flat = node.run(outer_vars, inner_vars)
+                if node.is_reduction:
+                    data = node.buffer.data
+                    assert isinstance(data, Reduction)
+                    key = (data.reduction_type, value.name)
+                    if key not in accs:
+                        acc = self._accumulator(data, value)
+                        accs[key] = acc
+                        updates.append((acc, value, flat))
+                    results.append((node, accs[key], store))
+                else:
+                    self._store(node, value, store, scope)
+        return scope.lines, updates, results
+
+    def _store(self, node: SchedulerNode, value: CppValue, store: Expr, scope: _Scope) -> None:
+        data = node.buffer.data
+        if isinstance(data, Scatter):
+            scope.lines.append(self._scatter_line(data, store, value))
+            return
+        dtype = node.buffer.dtype
+        if value.dtype != compute_dtype(dtype):
+            value = CppOpsHandler(self, scope).to_dtype(value, dtype)
+        self._forward[(node.name, store)] = value
+        if node.name in self.plan.stored:
+            scope.lines.append(self._store_line(node.name, store, value))
+        slot = self.local_slot(node.name)
+        if slot is not None:
+            scope.lines.append(f"{slot} = {value};")
+
+    def _scatter_line(self, data: Scatter, index: Expr, value: CppValue) -> str:
+        ptr = self._param(data.target, True)
+        dtype = self.graph.buffer(data.target).dtype
+        slot = f"{ptr}[{index.render()}]"
+        text = value.name
+        if data.mode == "add":
+            current = slot
+            if dtype == torch.bfloat16:
+                current = f"kiln_bf16_to_float({slot})"
+            elif dtype == torch.float16:
+                current = f"kiln_f16_to_float({slot})"
+            text = f"static_cast<{ctype(dtype)}>({current} + {text})"
+        if dtype == torch.bfloat16:
+            text = f"kiln_float_to_bf16({text})"
+        elif dtype == torch.float16:
+            text = f"kiln_float_to_f16({text})"
+        return f"{slot} = {text};"
+
+    def _store_line(self, name: str, index: Expr, value: CppValue) -> str:
+        ptr = self._param(name, True)
+        dtype = self.graph.buffer(name).dtype
+        text = value.name
+        if dtype == torch.bfloat16:
+            text = f"kiln_float_to_bf16({text})"
+        elif dtype == torch.float16:
+            text = f"kiln_float_to_f16({text})"
+        return f"{ptr}[{index.render()}] = {text};"
+
+    # -- reductions --------------------------------------------------------------------
+    def _accumulator(self, data: Reduction, value: CppValue) -> _Accumulator:
+        rtype = data.reduction_type
+        base = self.new_tmp("acc")
+        if rtype == "welford":
+            names = [f"{base}_mean", f"{base}_m2", f"{base}_weight"]
+        elif rtype in ("argmax", "argmin"):
+            names = [f"{base}_val", f"{base}_idx"]
+        else:
+            names = [base]
+        return _Accumulator(names, value.dtype, rtype)
+
+    def _acc_init(self, acc: _Accumulator, lanes: int) -> list[str]:
+        t = COMPUTE_TYPES[acc.dtype]
+        if acc.reduction_type == "welford":
+            lines = [f"{t} {n}[{lanes}] = {{}};" for n in acc.names]
+            if lanes > 1:
+                # all lanes see one element per block: one shared count and reciprocal;
+                # leftover elements go to a separate "tail" state
+                b = acc.names[0]
+                lines.append(
+                    f"{t} {b}_count = 0, {b}_rw = 0, {b}_tmean = 0, {b}_tm2 = 0, {b}_tw = 0;"
+                )
+            return lines
+        if acc.reduction_type in ("argmax", "argmin"):
+            init = _INIT["max" if acc.reduction_type == "argmax" else "min"](acc.dtype)
+            return [
+                f"{t} {acc.names[0]}[{lanes}]; int64_t {acc.names[1]}[{lanes}];",
+                f"for (int l = 0; l < {lanes}; ++l) {{ {acc.names[0]}[l] = {init}; "
+                f"{acc.names[1]}[l] = std::numeric_limits<int64_t>::max(); }}",
+            ]
+        init = _INIT[acc.reduction_type](acc.dtype)
+        return [
+            f"{t} {acc.names[0]}[{lanes}];",
+            f"for (int l = 0; l < {lanes}; ++l) {acc.names[0]}[l] = {init};",
+        ]
+
+    def _block_prologue(self, acc: _Accumulator) -> list[str]:
+        if acc.reduction_type != "welford":
+            return []
+        b = acc.names[0]
+        t = COMPUTE_TYPES[acc.dtype]
+        return [f"{b}_count += {t}(1); {b}_rw = {t}(1) / {b}_count;"]
+
+    def _acc_update(
+        self, acc: _Accumulator, value: CppValue, flat: Expr | None, lane: str, mode: str = "single"
+    ) -> str:
+        n = [f"{name}[{lane}]" for name in acc.names]
+        if acc.reduction_type == "welford":
+            b = acc.names[0]
+            if mode == "lane":
+                return f"kiln_welford_update_rw({n[0]}, {n[1]}, {value}, {b}_rw);"
+            if mode == "tail":
+                return f"kiln_welford_update({b}_tmean, {b}_tm2, {b}_tw, {value});"
+            return f"kiln_welford_update({n[0]}, {n[1]}, {n[2]}, {value});"
+        if acc.reduction_type in ("argmax", "argmin"):
+            assert flat is not None
+            return f"kiln_{acc.reduction_type}_update({n[0]}, {n[1]}, {value}, {flat.render()});"
+        return _COMBINE[acc.reduction_type].format(a=n[0], b=value)
+
+    def _acc_finish(self, acc: _Accumulator, lanes: int) -> list[str]:
+        if lanes == 1:
+            return []
+        n = acc.names
+        if acc.reduction_type == "welford":
+            b = n[0]
+            merge = f"kiln_welford_combine({n[0]}[0], {n[1]}[0], {n[2]}[0], {n[0]}[l], {n[1]}[l], {n[2]}[l]);"
+            return [
+                f"for (int l = 0; l < {lanes}; ++l) {n[2]}[l] = {b}_count;",
+                f"for (int l = 1; l < {lanes}; ++l) {{ {merge} }}",
+                f"kiln_welford_combine({n[0]}[0], {n[1]}[0], {n[2]}[0], {b}_tmean, {b}_tm2, {b}_tw);",
+            ]
+        elif acc.reduction_type in ("argmax", "argmin"):
+            body = f"kiln_{acc.reduction_type}_update({n[0]}[0], {n[1]}[0], {n[0]}[l], {n[1]}[l]);"
+        else:
+            body = _COMBINE[acc.reduction_type].format(a=f"{n[0]}[0]", b=f"{n[0]}[l]")
+        return [f"for (int l = 1; l < {lanes}; ++l) {{ {body} }}"]
+
+    def _acc_result(self, acc: _Accumulator, output_index: int, lane: str = "0") -> str:
+        if acc.reduction_type == "welford":
+            return f"{acc.names[output_index]}[{lane}]"
+        if acc.reduction_type in ("argmax", "argmin"):
+            return f"{acc.names[1]}[{lane}]"
+        return f"{acc.names[0]}[{lane}]"
+
+    def _loops(self, inner: tuple[int, ...], body: list[str], updates, lanes: int) -> list[str]:
+        if not inner:
+            return [
+                "{",
+                *("    " + b for b in body),
+                *("    " + self._acc_update(a, v, f, "0") for a, v, f in updates),
+                "}",
+            ]
+        lines = []
+        depth = len(inner)
+        for d, size in enumerate(inner[:-1]):
+            lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
+        ind = "    " * (depth - 1)
+        last, size = depth - 1, inner[-1]
+        if lanes > 1:
+            main = size - size % lanes
+            lines.append(f"{ind}for (int64_t ib = 0; ib < {main}; ib += {lanes}) {{")
+            lines += [f"{ind}    {p}" for a, _, _ in updates for p in self._block_prologue(a)]
+            lines.append(f"{ind}    #pragma omp simd")
+            lines.append(f"{ind}    for (int64_t l = 0; l < {lanes}; ++l) {{")
+            lines.append(f"{ind}        int64_t i{last} = ib + l;")
+            lines += [f"{ind}        {b}" for b in body]
+            lines += [
+                f"{ind}        {self._acc_update(a, v, f, 'l', 'lane')}" for a, v, f in updates
+            ]
+            lines.append(f"{ind}    }}")
+            lines.append(f"{ind}}}")
+            if main < size:
+                lines.append(f"{ind}for (int64_t i{last} = {main}; i{last} < {size}; ++i{last}) {{")
+                lines += [f"{ind}    {b}" for b in body]
+                lines += [
+                    f"{ind}    {self._acc_update(a, v, f, '0', 'tail')}" for a, v, f in updates
+                ]
+                lines.append(f"{ind}}}")
+        else:
+            lines.append(f"{ind}#pragma GCC ivdep")
+            lines.append(f"{ind}for (int64_t i{last} = 0; i{last} < {size}; ++i{last}) {{")
+            lines += [f"{ind}    {b}" for b in body]
+            lines += [f"{ind}    {self._acc_update(a, v, f, '0')}" for a, v, f in updates]
+            lines.append(f"{ind}}}")
+        for d in reversed(range(depth - 1)):
+            lines.append(f"{'    ' * d}}}")
+        return ["{", *("    " + line for line in lines), "}"]
+
+
+@dataclass
+class GeneratedKernel:
+    name: str
+    source: str
+    params: list[tuple[str, bool]]  # (buffer name, written)
+
+
+def generate_kernels(
+    schedule: Schedule, graph: GraphIR, simdlen: int, threads: int | None, parallel_threshold: int
+) -> tuple[list[GeneratedKernel], dict[str, KernelPlan]]:
+    """C++ source of every fused kernel, named by the hash of its text (identical kernels share a name)."""
+    out: list[GeneratedKernel] = []
+    plans: dict[str, KernelPlan] = {}
+    for step in schedule.steps:
+        if not isinstance(step, FusedKernel):
+            continue
+        plan = plan_kernel(step, schedule.internal)
+        text, params = CppKernel(plan, graph, simdlen, threads, parallel_threshold).emit()
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        name = f"kiln_{digest}"
+        out.append(GeneratedKernel(name, text.replace("KERNEL_NAME", name), params))
+        plans[step.name] = plan
+    return out, plans
+
+
+def translation_unit(kernels: list[GeneratedKernel]) -> str:
+    """One C++ source for many kernels (duplicates dropped): one compiler run per graph."""
+    seen, parts = set(), [PRELUDE]
+    for k in kernels:
+        if k.name not in seen:
+            seen.add(k.name)
+            parts.append(k.source)
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,238 @@
+"""The Python wrapper: allocates buffers, calls kernels and extern ops in order.
+
+The wrapper is generated as Python source (printed by
+``TORCHKILN_LOGS=output_code``) and ``exec``-ed with the kernels bound as
+ctypes functions. Buffers a kernel writes are allocated with
+``torch.empty_strided`` in their planned layout; a buffer whose last reader
+has run goes back to a pool and a later buffer of the same dtype and size
+takes it over instead of allocating (buffer reuse). Inputs whose strides
+differ from the ones the graph was compiled for are copied into that layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..ir import (
+    Buffer,
+    ExternArg,
+    ExternKernel,
+    GraphIR,
+    StorageView,
+)
+from ..scheduler import ExternStep, FusedKernel, Schedule
+from .cpp import GeneratedKernel, KernelPlan
+
+
+def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def _view(t: torch.Tensor, size, stride, offset: int) -> torch.Tensor:
+    return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+
+
+def _fix_layout(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    return t if t.stride() == stride else _restride(t, stride)
+
+
+class WrapperCodegen:
+    def __init__(
+        self,
+        graph: GraphIR,
+        schedule: Schedule,
+        plans: dict[str, KernelPlan],
+        kernels: dict[str, GeneratedKernel],
+        single_output: bool,
+    ):
+        self.graph = graph
+        self.schedule = schedule
+        self.plans = plans
+        self.kernels = kernels
+        self.single_output = single_output
+        self.namespace: dict[str, Any] = {
+            "torch": torch,
+            "_empty": torch.empty_strided,
+            "_view": _view,
+            "_fix_layout": _fix_layout,
+            "_restride": _restride,
+        }
+        self.lines: list[str] = []
+        self._consts = 0
+
+    def const(self, value: Any) -> str:
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, float) and value == value and abs(value) != float("inf"):
+            return repr(value)
+        if isinstance(value, (list, tuple)) and all(
+            v is None or isinstance(v, (bool, int, str)) for v in value
+        ):
+            return repr(list(value)) if isinstance(value, list) else repr(tuple(value))
+        self._consts += 1
+        name = f"_c{self._consts}"
+        self.namespace[name] = value
+        return name
+
+    def view_expr(self, view: StorageView) -> str:
+        if view.is_whole_buffer():
+            return view.buffer.name
+        return f"_view({view.buffer.name}, {view.size}, {view.stride}, {view.offset})"
+
+    def arg_expr(self, arg: ExternArg) -> str:
+        if arg.kind == "tensor":
+            return self.view_expr(arg.value)
+        if arg.kind == "list":
+            items = [
+                self.view_expr(v) if isinstance(v, StorageView) else self.const(v)
+                for v in arg.value
+            ]
+            return f"[{', '.join(items)}]"
+        return self.const(arg.value)
+
+    # -- planning ------------------------------------------------------------------
+    def _reads_of(self, step) -> set[str]:
+        if isinstance(step, FusedKernel):
+            names: set[str] = set()
+            for n in step.nodes:
+                names |= n.read_names()
+            return names
+        return {v.buffer.name for v in step.kernel.tensor_args()}
+
+    def _last_reads(self) -> dict[str, int]:
+        last: dict[str, int] = {}
+        for i, step in enumerate(self.schedule.steps):
+            for name in self._reads_of(step):
+                buf = self._buf(name)
+                parent = getattr(buf, "parent", None)
+                last[name] = i
+                if parent is not None:
+                    last[parent.name] = i
+        for out in self.graph.outputs:
+            if isinstance(out, StorageView):
+                last[out.buffer.name] = len(self.schedule.steps)
+                parent = getattr(out.buffer, "parent", None)
+                if parent is not None:
+                    last[parent.name] = len(self.schedule.steps)
+        return last
+
+    def _buf(self, name: str) -> Buffer:
+        return self.graph.buffer(name)
+
+    # -- generation --------------------------------------------------------------------
+    def generate(self) -> str:
+        g = self.graph
+        out = self.lines
+        out.append("def call(args):")
+        body: list[str] = []
+        n_args = max([b.position for b in g.inputs], default=-1) + 1
+        if n_args:
+            all_args = ", ".join(f"arg{i}" for i in range(n_args))
+            body.append(f"{all_args}, = args" if n_args == 1 else f"{all_args} = args")
+        for b in g.inputs:
+            if b.layout.storage_numel() > 1:
+                body.append(f"arg{b.position} = _fix_layout(arg{b.position}, {b.layout.stride})")
+        for c in g.constants:
+            self.namespace[c.name] = c.value
+        if g.seed_buffer is not None:
+            body.append(
+                f"seeds = torch.randint(-2**62, 2**62, ({g.num_seeds},), dtype=torch.int64)"
+            )
+        last = self._last_reads()
+        pool: dict[tuple, list[str]] = {}
+        owned: set[str] = set()
+        bound: set[str] = set()
+        # storage others may still alias: scatter targets, arguments of in-place aten calls
+        aliased = {
+            n.buffer.data.target
+            for step in self.schedule.steps
+            if isinstance(step, FusedKernel)
+            for n in step.nodes
+            if n.is_scatter
+        }
+        for step in self.schedule.steps:
+            if isinstance(step, ExternStep) and step.kernel.mutates:
+                aliased |= {v.buffer.name for v in step.kernel.tensor_args()}
+        for i, step in enumerate(self.schedule.steps):
+            if isinstance(step, FusedKernel):
+                body += self._kernel_call(step, pool, owned)
+            else:
+                body += self._extern_call(step)
+                bound.add(step.kernel.name)
+                bound.update(o.name for o in step.kernel.outputs)
+            if isinstance(step, FusedKernel):
+                bound.update(n.name for n in step.nodes if n.is_scatter)
+            for name, when in last.items():
+                if when != i or (name not in owned and name not in bound):
+                    continue
+                if name in owned and name not in aliased:
+                    pool.setdefault(self._pool_key(self._buf(name)), []).append(name)
+                else:
+                    body.append(f"del {name}")
+        body.append(f"return {self._outputs()}")
+        out += ["    " + line for line in body]
+        return "\n".join(out) + "\n"
+
+    @staticmethod
+    def _pool_key(buf: Buffer) -> tuple:
+        return (buf.layout.dtype, buf.layout.storage_numel())
+
+    def _kernel_call(self, step: FusedKernel, pool, owned: set[str]) -> list[str]:
+        plan = self.plans[step.name]
+        kernel = self.kernels[step.name]
+        lines = []
+        for node in step.nodes:
+            if node.name not in plan.stored:
+                continue
+            buf = node.buffer
+            lay = buf.layout
+            free = pool.get(self._pool_key(buf))
+            if free:
+                old = free.pop()
+                lines.append(
+                    f"{buf.name} = _view({old}, {lay.size}, {lay.stride}, 0)  # reuses {old}"
+                )
+            else:
+                lines.append(f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype})")
+            owned.add(buf.name)
+        ptrs = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
+        lines.append(f"{kernel.name}({ptrs})")
+        for node in step.nodes:
+            if node.is_scatter:
+                lines.append(f"{node.name} = {node.buffer.data.target}  # written in place")
+        return lines
+
+    def _extern_call(self, step: ExternStep) -> list[str]:
+        ext: ExternKernel = step.kernel
+        fn = "".join(c if c.isalnum() else "_" for c in str(ext.op))
+        self.namespace[fn] = ext.op
+        args = [self.arg_expr(a) for a in ext.args]
+        args += [f"{k}={self.arg_expr(v)}" for k, v in ext.kwargs.items()]
+        call = f"{fn}({', '.join(args)})"
+        comment = f"  # {ext.reason}" if ext.reason != "extern kernel" else ""
+        if ext.layout is not None:
+            lines = [f"{ext.name} = {call}{comment}"]
+        elif ext.outputs:
+            lines = [f"{ext.name} = {call}{comment}"]
+            lines += [f"{o.name} = {ext.name}[{o.index}]" for o in ext.outputs]
+        else:
+            lines = [f"{call}{comment}"]
+        return lines
+
+    def _outputs(self) -> str:
+        items = []
+        for value in self.graph.outputs:
+            if isinstance(value, StorageView):
+                items.append(self._output_view(value))
+            else:
+                items.append(self.const(value))
+        if self.single_output:
+            return items[0]
+        return f"({', '.join(items)},)" if len(items) == 1 else f"({', '.join(items)})"
+
+    def _output_view(self, view: StorageView) -> str:
+        return self.view_expr(view)

@@ -1,0 +1,189 @@
+"""The aten-graph compiler: passes -> lowering -> scheduling -> C++ and wrapper -> callable.
+
+:func:`compile_fx` takes a functional aten graph (flat tensor placeholders,
+flat tuple output; what the AOT layer hands a backend) and returns a
+:class:`CompiledGraph` called as ``compiled(*flat_tensor_args)``. The steps
+are split so that many graphs can share one compiler run
+(:func:`generate` then :func:`compile_many`), which the test suite uses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+
+from torchkiln import logs
+
+from . import trace
+from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
+from .codegen.wrapper import WrapperCodegen
+from .cpp_build import load_library
+from .graph import GraphLowering
+from .ir import GraphIR, StorageView
+from .options import InductorOptions
+from .passes import run_passes
+from .scheduler import FusedKernel, Schedule, Scheduler
+
+
+@dataclass
+class GeneratedGraph:
+    """Everything generated for one graph, before the C++ is compiled."""
+
+    graph: GraphIR
+    schedule: Schedule
+    kernels: list[GeneratedKernel]
+    cpp_source: str
+    wrapper_source: str
+    namespace: dict[str, Any]
+    options: InductorOptions
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_kernels(self) -> int:
+        return sum(isinstance(s, FusedKernel) for s in self.schedule.steps)
+
+    def output_code(self) -> str:
+        fallbacks = "\n".join(
+            f"#   {op}: {why}" for op, why in sorted(self.graph.fallbacks.items())
+        )
+        header = f"# fallbacks to aten ({len(self.graph.fallbacks)}):\n{fallbacks or '#   none'}\n"
+        return f"{header}\n# ---- C++ kernels ----\n{self.cpp_source}\n# ---- wrapper ----\n{self.wrapper_source}"
+
+    def bind(self, lib: ctypes.CDLL | None) -> CompiledGraph:
+        ns = dict(self.namespace)
+        for k in self.kernels:
+            fn = getattr(lib, k.name)
+            fn.argtypes = [ctypes.c_void_p] * len(k.params)
+            fn.restype = None
+            ns[k.name] = fn
+        exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
+        return CompiledGraph(ns["call"], self)
+
+
+class CompiledGraph:
+    """The compiled callable: ``compiled(*flat_tensor_args)`` returns the outputs."""
+
+    def __init__(self, call, generated: GeneratedGraph):
+        self._call = call
+        self.generated = generated
+
+    def __call__(self, *args: Any) -> Any:
+        with torch.no_grad():
+            return self._call(args)
+
+    @property
+    def num_kernels(self) -> int:
+        return self.generated.num_kernels
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        return dict(self.generated.graph.fallbacks)
+
+
+def _ensure_meta(gm: GraphModule, example_inputs: list[Any]) -> None:
+    if all("val" in n.meta for n in gm.graph.nodes if n.op not in ("output", "get_attr")):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(
+        *[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    )
+
+
+def generate(
+    gm: GraphModule, example_inputs: list[Any], options: InductorOptions
+) -> GeneratedGraph:
+    timings = {}
+    t0 = time.perf_counter()
+    single = not isinstance(_output_node(gm).args[0], (list, tuple))
+    _ensure_meta(gm, example_inputs)
+    tracer = trace.Tracer(options) if options.trace else None
+    if tracer:
+        tracer.write("fx_graph_before_passes.py", gm.print_readable(print_output=False))
+    run_passes(gm)
+    if tracer:
+        tracer.write("fx_graph_after_passes.py", gm.print_readable(print_output=False))
+    graph = GraphLowering(gm, example_inputs, options.fallback_random).lower()
+    timings["lower"] = time.perf_counter() - t0
+    output_names = {o.buffer.name for o in graph.outputs if isinstance(o, StorageView)}
+    if tracer:
+        tracer.write("ir_before_fusion.txt", graph.describe())
+        unfused = Scheduler(graph, output_names, fuse=False).run()
+        tracer.write("schedule_before_fusion.txt", _describe_schedule(unfused))
+    schedule = Scheduler(graph, output_names, epilogue_fusion=options.epilogue_fusion).run()
+    if tracer:
+        tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule))
+    timings["schedule"] = time.perf_counter() - t0 - timings["lower"]
+    kernels, plans = generate_kernels(
+        schedule, graph, options.simdlen, options.threads, options.parallel_threshold
+    )
+    by_step = {}
+    it = iter(kernels)
+    for step in schedule.steps:
+        if isinstance(step, FusedKernel):
+            by_step[step.name] = next(it)
+    wrapper = WrapperCodegen(graph, schedule, plans, by_step, single)
+    wrapper_source = wrapper.generate()
+    generated = GeneratedGraph(
+        graph,
+        schedule,
+        kernels,
+        translation_unit(kernels),
+        wrapper_source,
+        wrapper.namespace,
+        options,
+        timings,
+    )
+    if logs.enabled("output_code"):
+        logs.artifact("output_code", "%s", generated.output_code())
+    if tracer:
+        tracer.write("output_code.py", generated.output_code())
+        if options.graph_diagram:
+            tracer.draw_schedule(schedule)
+    return generated
+
+
+def compile_many(
+    generated: list[GeneratedGraph], opt_level: str | None = None
+) -> list[CompiledGraph]:
+    """Compile the kernels of several graphs with one compiler run and bind each graph."""
+    kernels = [k for g in generated for k in g.kernels]
+    lib = None
+    if kernels:
+        level = opt_level or generated[0].options.opt_level
+        lib = load_library(translation_unit(kernels), level)
+    return [g.bind(lib) for g in generated]
+
+
+def compile_fx(
+    gm: GraphModule, example_inputs: list[Any], options: InductorOptions | None = None
+) -> CompiledGraph:
+    """Compile an aten-level graph into a callable."""
+    options = options or InductorOptions()
+    generated = generate(gm, example_inputs, options)
+    lib = load_library(generated.cpp_source, options.opt_level) if generated.kernels else None
+    return generated.bind(lib)
+
+
+def _output_node(gm: GraphModule):
+    return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+
+
+def _describe_schedule(schedule: Schedule) -> str:
+    lines = []
+    for step in schedule.steps:
+        if isinstance(step, FusedKernel):
+            lines.append(f"{step.name}: outer {list(step.outer)}")
+            for n in step.nodes:
+                lines.append(f"    {n!r} inner {list(step.inner_of(n))}")
+        else:
+            lines.append(f"extern {step.kernel.name}: {step.kernel.op}")
+    lines += schedule.fusion_log
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,244 @@
+"""Lowering an aten FX graph to the loop IR.
+
+:class:`GraphLowering` interprets the graph (``torch.fx.Interpreter``): each
+placeholder becomes an input buffer, each call the result of its lowering in
+:mod:`.lowering` (a :class:`~.ir.TensorValue`), and any op without a lowering,
+or with an argument combination its lowering does not handle, becomes an
+:class:`~.ir.ExternKernel` aten call. Elementwise values stay unstored and are
+inlined into their consumers, unless they are expensive and used more than
+once (then they are *realized* into a buffer). Output values are stored with
+the strides eager would give them.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Interpreter, Node
+
+from torchkiln.exc import NotImplementedYet
+
+from .codegen.cpp import supports_dtype
+from .ir import (
+    ComputedBuffer,
+    ConstantBuffer,
+    ExternArg,
+    ExternKernel,
+    GraphIR,
+    InputBuffer,
+    Layout,
+    MultiOutput,
+    Pointwise,
+    PointwiseValue,
+    Reduction,
+    StorageView,
+    TensorValue,
+)
+from .lowering import EXTERN_OPS, LOWERINGS, RANDOM_OPS, Unlowerable
+
+#: realize an elementwise value used by several consumers once it costs this much
+REUSE_COST = 4
+#: never inline bodies costlier than this (keeps kernels and compile time bounded)
+MAX_INLINE_COST = 48
+
+
+class GraphLowering(Interpreter):
+    def __init__(self, gm: GraphModule, example_inputs: list[Any], fallback_random: bool = False):
+        super().__init__(gm, garbage_collect_values=False)
+        self.example_inputs = list(example_inputs)
+        self.fallback_random = fallback_random
+        self.ir = GraphIR()
+        self.current_node: Node | None = None
+        self._counter = 0
+        self._position = 0
+
+    # -- public ---------------------------------------------------------------
+    def lower(self) -> GraphIR:
+        self.run(*self.example_inputs)
+        if self.ir.seed_buffer is not None:
+            self.ir.seed_buffer.layout = Layout.contiguous(
+                (self.ir.num_seeds,), torch.int64, torch.device("cpu")
+            )
+        return self.ir
+
+    def new_name(self, prefix: str = "buf") -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def realize(self, value: TensorValue, layout: Layout | None = None) -> StorageView:
+        """Store ``value`` in a buffer (no-op for values already in storage)."""
+        if isinstance(value, StorageView) and (layout is None or value.layout() == layout):
+            return value
+        layout = layout or Layout.contiguous(value.size, value.dtype, value.device)
+        buf = ComputedBuffer(
+            self.new_name(), layout, Pointwise(value.size, value.loader(), value.dtype)
+        )
+        self.ir.buffers.append(buf)
+        return StorageView.of(buf)
+
+    def reduction(self, data: Reduction, device: torch.device) -> StorageView:
+        layout = Layout.contiguous(data.ranges, data.dtype, device)
+        buf = ComputedBuffer(self.new_name(), layout, data)
+        self.ir.buffers.append(buf)
+        return StorageView.of(buf)
+
+    def reuse(self, value: TensorValue, cost: int = REUSE_COST) -> TensorValue:
+        """A value read several times: store it first if recomputing it is costly."""
+        if isinstance(value, PointwiseValue) and value.cost >= cost:
+            return self.realize(value)
+        return value
+
+    def new_seed(self) -> tuple[str, int]:
+        if self.ir.seed_buffer is None:
+            self.ir.seed_buffer = InputBuffer(
+                "seeds", Layout.contiguous((0,), torch.int64, torch.device("cpu")), -1
+            )
+        self.ir.num_seeds += 1
+        return self.ir.seed_buffer.name, self.ir.num_seeds - 1
+
+    # -- interpreter hooks -------------------------------------------------------
+    def run_node(self, n: Node) -> Any:
+        self.current_node = n
+        out = super().run_node(n)
+        if isinstance(out, PointwiseValue):
+            users = len(n.users)
+            if out.cost > MAX_INLINE_COST or (users > 1 and out.cost >= REUSE_COST):
+                out = self.realize(out)
+        return out
+
+    def placeholder(self, target, args, kwargs) -> Any:
+        example = self.example_inputs[self._position]
+        position = self._position
+        self._position += 1
+        if not isinstance(example, torch.Tensor):
+            return example
+        _check_device(example)
+        buf = InputBuffer(f"arg{position}", Layout.of_tensor(example), position)
+        self.ir.inputs.append(buf)
+        return StorageView.of(buf)
+
+    def get_attr(self, target, args, kwargs) -> Any:
+        value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor):
+            _check_device(value)
+            buf = ConstantBuffer(self.new_name("const"), value)
+            self.ir.constants.append(buf)
+            return StorageView.of(buf)
+        return value
+
+    def call_function(self, target, args, kwargs) -> Any:
+        if target is operator.getitem and isinstance(args[0], (list, tuple)):
+            return args[0][args[1]]
+        meta = self.current_node.meta.get("val") if self.current_node is not None else None
+        reason = self._why_not_lowered(target, args, kwargs, meta)
+        if reason is None:
+            try:
+                return LOWERINGS[target](self, meta, *args, **kwargs)
+            except Unlowerable as e:
+                reason = str(e)
+        return self.fallback(target, args, kwargs, meta, reason)
+
+    def output(self, target, args, kwargs) -> Any:
+        values = args[0]
+        metas = self.current_node.args[0] if self.current_node is not None else None
+        single = not isinstance(values, (list, tuple))
+        if single:
+            values, metas = [values], [metas]
+        for value, meta_node in zip(values, metas):
+            meta = meta_node.meta.get("val") if isinstance(meta_node, Node) else None
+            if isinstance(value, PointwiseValue):
+                layout = None
+                if isinstance(meta, torch.Tensor) and tuple(meta.shape) == value.size:
+                    layout = Layout(
+                        tuple(meta.shape), tuple(meta.stride()), value.dtype, value.device
+                    )
+                value = self.realize(value, layout)
+            self.ir.outputs.append(value)
+        return values
+
+    # -- fallbacks -------------------------------------------------------------------
+    def _why_not_lowered(self, target, args, kwargs, meta) -> str | None:
+        if target in EXTERN_OPS:
+            return "extern kernel"
+        if target not in LOWERINGS:
+            return "no lowering"
+        if self.fallback_random and target in RANDOM_OPS:
+            return "fallback_random=True"
+        if meta is None:
+            return "no shape information on the node"
+        for value in _flat_values((args, kwargs, meta)):
+            if isinstance(value, (TensorValue, torch.Tensor)) and not supports_dtype(value.dtype):
+                return f"dtype {value.dtype} has no C++ lowering"
+        return None
+
+    def fallback(self, target, args, kwargs, meta, reason: str) -> Any:
+        """Run ``target`` as an aten call from the wrapper."""
+        op_name = str(target)
+        if reason != "extern kernel":
+            self.ir.fallbacks.setdefault(op_name, reason)
+        mutates = bool(getattr(getattr(target, "_schema", None), "is_mutable", False))
+        ext_args = [self._extern_arg(a) for a in args]
+        ext_kwargs = {k: self._extern_arg(v) for k, v in kwargs.items()}
+        name = self.new_name()
+        if isinstance(meta, torch.Tensor):
+            ext = ExternKernel(
+                name, Layout.of_tensor(meta), target, ext_args, ext_kwargs, reason, mutates
+            )
+            self.ir.buffers.append(ext)
+            return StorageView.of(ext)
+        ext = ExternKernel(name, None, target, ext_args, ext_kwargs, reason, mutates)
+        self.ir.buffers.append(ext)
+        if isinstance(meta, (list, tuple)):
+            results = []
+            for i, m in enumerate(meta):
+                if isinstance(m, torch.Tensor):
+                    out = MultiOutput(self.new_name(), Layout.of_tensor(m), ext, i)
+                    ext.outputs.append(out)
+                    self.ir.buffers.append(out)
+                    results.append(StorageView.of(out))
+                elif m is None:
+                    results.append(None)
+                else:
+                    raise NotImplementedYet(
+                        f"{op_name} returns a non-tensor value inside a tuple; the inductor "
+                        "backend only runs such ops on tensors"
+                    )
+            return results
+        if meta is None:
+            ext.mutates = True
+            return None
+        raise NotImplementedYet(
+            f"{op_name} returns a Python scalar ({type(meta).__name__}); the inductor backend "
+            "cannot use run-time scalars yet"
+        )
+
+    def _extern_arg(self, value: Any) -> ExternArg:
+        if isinstance(value, TensorValue):
+            return ExternArg("tensor", self.realize(value))
+        if isinstance(value, (list, tuple)) and any(isinstance(v, TensorValue) for v in value):
+            return ExternArg(
+                "list", [self.realize(v) if isinstance(v, TensorValue) else v for v in value]
+            )
+        return ExternArg("const", value)
+
+
+def _check_device(t: torch.Tensor) -> None:
+    if t.device.type != "cpu":
+        raise NotImplementedYet(
+            f"the inductor backend generates C++ for CPU tensors only; got a {t.device.type} "
+            "tensor (GPU code generation with Triton is not built yet: use backend='aot_eager' "
+            "on GPU for now)"
+        )
+
+
+def _flat_values(tree: Any):
+    if isinstance(tree, (list, tuple)):
+        for item in tree:
+            yield from _flat_values(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            yield from _flat_values(item)
+    else:
+        yield tree

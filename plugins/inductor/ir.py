@@ -1,0 +1,327 @@
+"""The loop-level IR: buffers, the values lowerings pass around, and the computations.
+
+Few node kinds carry everything:
+
+* a **Buffer** is storage with a :class:`Layout` (graph inputs, constants,
+  computed buffers, outputs of extern aten calls);
+* a **TensorValue** is what lowerings exchange: either a :class:`StorageView`
+  (a strided window on a buffer: every view op on stored data is just new
+  sizes/strides/offset, no copy) or a :class:`PointwiseValue` (a body
+  ``index -> value`` not yet stored; views of it compose index functions);
+* a **ComputedBuffer** stores a :class:`Pointwise` or :class:`Reduction` body;
+* an **ExternKernel** calls an aten op from the wrapper (matmuls,
+  convolutions, and every op without a lowering).
+
+Bodies call the ``ops`` namespace (:mod:`.virtualized`), so the same IR is read
+by the dependency analysis, the C++ generator and any later generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .indexing import Expr, contiguous_strides, linear_index
+from .virtualized import ops
+
+Index = list[Expr]
+Body = Callable[[Index], Any]
+
+# The dtype a value of each storage dtype is computed in.
+COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return COMPUTE_DTYPE.get(dtype, dtype)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the elements of a tensor live in its buffer's storage."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(size: Sequence[int], dtype: torch.dtype, device: torch.device) -> Layout:
+        size = tuple(int(s) for s in size)
+        return Layout(size, contiguous_strides(size), dtype, device)
+
+    @staticmethod
+    def of_tensor(t: torch.Tensor) -> Layout:
+        return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, 0)
+
+    def index(self, index: Index) -> Expr:
+        return linear_index(index, self.stride, self.offset)
+
+    def storage_numel(self) -> int:
+        if any(s == 0 for s in self.size):
+            return 0
+        return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+
+    def nbytes(self) -> int:
+        return self.storage_numel() * self.dtype.itemsize
+
+
+class Buffer:
+    """Named storage the wrapper allocates or receives."""
+
+    def __init__(self, name: str, layout: Layout):
+        self.name = name
+        self.layout = layout
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    def __repr__(self) -> str:
+        lay = self.layout
+        return f"{type(self).__name__}({self.name}, size={list(lay.size)}, stride={list(lay.stride)}, {lay.dtype})"
+
+
+class InputBuffer(Buffer):
+    """A graph input (``position`` in the flat argument list)."""
+
+    def __init__(self, name: str, layout: Layout, position: int):
+        super().__init__(name, layout)
+        self.position = position
+
+
+class ConstantBuffer(Buffer):
+    """A tensor baked into the compiled graph (attributes, folded constants)."""
+
+    def __init__(self, name: str, value: torch.Tensor):
+        super().__init__(name, Layout.of_tensor(value))
+        self.value = value
+
+
+@dataclass
+class Pointwise:
+    """``out[index] = body(index)`` over ``ranges``."""
+
+    ranges: tuple[int, ...]
+    body: Body
+    dtype: torch.dtype
+
+
+@dataclass
+class Reduction:
+    """``out[index] = reduce(body(index, rindex) for rindex in reduction_ranges)``.
+
+    ``welford`` accumulates (mean, m2, count) in one pass and yields the
+    entry ``output_index``; ``argmax``/``argmin`` yield the flat position
+    within ``reduction_ranges``.
+    """
+
+    ranges: tuple[int, ...]
+    reduction_ranges: tuple[int, ...]
+    body: Callable[[Index, Index], Any]
+    reduction_type: str
+    dtype: torch.dtype
+    src_dtype: torch.dtype
+    output_index: int = 0
+
+
+@dataclass
+class Scatter:
+    """``target[dest(index)] (+)= body(index)`` over ``ranges``, in place in ``target``'s storage.
+
+    The buffer holding this data is an alias of ``target`` after the writes;
+    ``mode`` is None (assign) or ``"add"`` (accumulate, as index_put/scatter_add).
+    Scatters run serially, in index order, so duplicates resolve as in eager.
+    """
+
+    ranges: tuple[int, ...]
+    body: Body
+    dest: Callable[[Index], Index]
+    target: str
+    mode: str | None
+    dtype: torch.dtype
+
+
+class ComputedBuffer(Buffer):
+    """A buffer whose contents a generated kernel computes."""
+
+    def __init__(self, name: str, layout: Layout, data: Pointwise | Reduction | Scatter):
+        super().__init__(name, layout)
+        self.data = data
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.data, Reduction)
+
+    @property
+    def is_scatter(self) -> bool:
+        return isinstance(self.data, Scatter)
+
+    def loop_order(self) -> list[int]:
+        """Pointwise dims ordered outermost first by decreasing stride (contiguous stores)."""
+        if isinstance(self.data, Scatter):
+            return list(range(len(self.data.ranges)))
+        dims = list(range(len(self.layout.size)))
+        if self.is_reduction:
+            return dims
+        return sorted(dims, key=lambda d: -self.layout.stride[d])
+
+
+@dataclass
+class ExternArg:
+    """How an extern call receives one argument: a tensor view, a list, or a constant."""
+
+    kind: str  # "tensor" | "list" | "const"
+    value: Any
+
+
+class ExternKernel(Buffer):
+    """An aten call made by the wrapper; ``layout`` is None when it returns a tuple."""
+
+    def __init__(
+        self,
+        name: str,
+        layout: Layout | None,
+        op: Any,
+        args: list[ExternArg],
+        kwargs: dict[str, ExternArg],
+        reason: str,
+        mutates: bool = False,
+    ):
+        super().__init__(name, layout)  # type: ignore[arg-type]
+        self.op = op
+        self.args = args
+        self.kwargs = kwargs
+        self.reason = reason
+        self.mutates = mutates
+        self.outputs: list[MultiOutput] = []
+
+    def tensor_args(self) -> list[StorageView]:
+        out: list[StorageView] = []
+        for arg in [*self.args, *self.kwargs.values()]:
+            if arg.kind == "tensor":
+                out.append(arg.value)
+            elif arg.kind == "list":
+                out.extend(v for v in arg.value if isinstance(v, StorageView))
+        return out
+
+
+class MultiOutput(Buffer):
+    """Entry ``index`` of a tuple returned by an extern call."""
+
+    def __init__(self, name: str, layout: Layout, parent: ExternKernel, index: int):
+        super().__init__(name, layout)
+        self.parent = parent
+        self.index = index
+
+
+# ---------------------------------------------------------------------------
+# Values exchanged by lowerings
+# ---------------------------------------------------------------------------
+
+
+class TensorValue:
+    """A tensor during lowering: sizes, dtype, device and a way to read elements."""
+
+    size: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    def loader(self) -> Body:
+        raise NotImplementedError
+
+
+class StorageView(TensorValue):
+    """A strided window on a buffer's storage."""
+
+    def __init__(self, buffer: Buffer, size, stride, offset: int = 0):
+        self.buffer = buffer
+        self.size = tuple(int(s) for s in size)
+        self.stride = tuple(int(s) for s in stride)
+        self.offset = int(offset)
+        self.dtype = buffer.layout.dtype
+        self.device = buffer.layout.device
+
+    @staticmethod
+    def of(buffer: Buffer) -> StorageView:
+        lay = buffer.layout
+        return StorageView(buffer, lay.size, lay.stride, lay.offset)
+
+    def layout(self) -> Layout:
+        return Layout(self.size, self.stride, self.dtype, self.device, self.offset)
+
+    def is_whole_buffer(self) -> bool:
+        return self.layout() == self.buffer.layout
+
+    def loader(self) -> Body:
+        name, lay = self.buffer.name, self.layout()
+
+        def load(index: Index) -> Any:
+            return ops.load(name, lay.index(index))
+
+        return load
+
+    def __repr__(self) -> str:
+        return f"StorageView({self.buffer.name}, {list(self.size)}, {list(self.stride)}, +{self.offset})"
+
+
+class PointwiseValue(TensorValue):
+    """A not-yet-stored elementwise body; ``cost`` estimates its ops per element."""
+
+    def __init__(self, size, dtype: torch.dtype, device: torch.device, body: Body, cost: int = 1):
+        self.size = tuple(int(s) for s in size)
+        self.dtype = dtype
+        self.device = device
+        self.body = body
+        self.cost = cost
+
+    def loader(self) -> Body:
+        return self.body
+
+    def __repr__(self) -> str:
+        return f"PointwiseValue({list(self.size)}, {self.dtype}, cost={self.cost})"
+
+
+@dataclass
+class GraphIR:
+    """Everything lowering produced for one graph, in program order."""
+
+    inputs: list[InputBuffer] = field(default_factory=list)
+    constants: list[ConstantBuffer] = field(default_factory=list)
+    buffers: list[Buffer] = field(default_factory=list)  # computed and extern, in order
+    outputs: list[Any] = field(default_factory=list)  # StorageView | python scalar | None
+    seed_buffer: InputBuffer | None = None
+    num_seeds: int = 0
+    fallbacks: dict[str, str] = field(default_factory=dict)  # op name -> reason
+
+    def buffer(self, name: str) -> Buffer:
+        for buf in (*self.inputs, *self.constants, *self.buffers):
+            if buf.name == name:
+                return buf
+        if self.seed_buffer is not None and self.seed_buffer.name == name:
+            return self.seed_buffer
+        raise KeyError(name)
+
+    def describe(self) -> str:
+        """Readable listing of the IR (for trace folders and debugging)."""
+        lines = [f"input {b!r}" for b in self.inputs]
+        lines += [f"constant {b!r}" for b in self.constants]
+        for buf in self.buffers:
+            if isinstance(buf, ComputedBuffer):
+                d = buf.data
+                if isinstance(d, Reduction):
+                    kind = f"reduction {d.reduction_type}[{d.output_index}] over {list(d.reduction_ranges)}"
+                elif isinstance(d, Scatter):
+                    kind = f"scatter ({d.mode or 'assign'}) into {d.target} over {list(d.ranges)}"
+                else:
+                    kind = "pointwise"
+                lines.append(f"{buf!r}: {kind}")
+            elif isinstance(buf, ExternKernel):
+                lines.append(f"{buf.name} = extern {buf.op} ({buf.reason})")
+            else:
+                lines.append(repr(buf))
+        lines.append(f"outputs {self.outputs}")
+        return "\n".join(lines)

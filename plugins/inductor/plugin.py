@@ -1,0 +1,29 @@
+"""Registers the ``inductor`` backend (light: the compiler is imported on first compile)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torchkiln.plugin import Backend, hookimpl
+
+from .options import MODE_OPTIONS, OPTIONS
+
+
+def compile_fn(gm: Any, example_inputs: list[Any], **options: Any) -> Callable:
+    from .backend import compile_graph
+
+    return compile_graph(gm, example_inputs, **options)
+
+
+@hookimpl
+def torchkiln_backends() -> list[Backend]:
+    return [
+        Backend(
+            "inductor",
+            compile_fn,
+            description="loop-level IR, fusion, C++/OpenMP kernels on CPU (Triton on GPU: not yet)",
+            options=OPTIONS,
+            modes=MODE_OPTIONS,
+        )
+    ]

@@ -1,0 +1,448 @@
+"""The fusion scheduler: IR buffers in, an ordered list of fused kernels and extern calls out.
+
+Every computed buffer starts as its own kernel. A kernel has *outer* loops
+(shared by all its nodes; the code generator parallelises them) and, per
+node, *inner* loops (a reduction's reduced dimensions, or the trailing
+dimensions of a pointwise node that joined a reduction's row loop). Two
+kernels may fuse when
+
+* their nodes split into the same outer sizes (reductions fix theirs),
+* every value one reads from the other is read exactly where, in the same
+  outer iteration, it was written (so parallel outer iterations never
+  depend on each other and results never change),
+* fusing does not create a cycle through a third kernel.
+
+Candidates are ranked by the bytes of memory traffic they save (buffers
+written by one and read by the other, or read by both) and fused greedily,
+best first, until nothing changes. The code generator (C++ here, Triton
+later) receives :class:`FusedKernel` objects and never re-checks legality.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .indexing import Expr, make_vars
+from .ir import ComputedBuffer, ExternKernel, GraphIR, Pointwise, Reduction, Scatter
+from .virtualized import set_ops_handler
+
+
+def _nontrivial(sizes: Iterable[int]) -> tuple[int, ...]:
+    return tuple(s for s in sizes if s != 1)
+
+
+class _ReadCollector:
+    """An ops handler that records every ``load`` (the other ops return dummies)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, Expr]] = []
+        self.uses_random = False
+
+    def load(self, name: str, index: Expr) -> None:
+        self.reads.append((name, index))
+
+    def indirect_indexing(self, value: object, size: int, wrap: bool = True) -> Expr:
+        from .indexing import Indirect
+
+        return Expr.of(Indirect(f"indirect{len(self.reads)}", size))
+
+    def masked(self, mask: object, body, other: object) -> None:
+        body()
+
+    def rand(self, *args: object) -> None:
+        self.uses_random = True
+
+    randn = rand
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+class SchedulerNode:
+    """One computed buffer, with its loop sizes and the accesses of its body."""
+
+    def __init__(self, buffer: ComputedBuffer, order: int):
+        self.buffer = buffer
+        self.name = buffer.name
+        self.order = order
+        data = buffer.data
+        if isinstance(data, Reduction):
+            self.loop_sizes = _nontrivial(data.ranges)
+            self.reduction_sizes = _nontrivial(data.reduction_ranges)
+        else:
+            perm = buffer.loop_order()
+            self.loop_sizes = _nontrivial(data.ranges[d] for d in perm)
+            self.reduction_sizes = ()
+        self.is_reduction = isinstance(data, Reduction)
+        self.is_scatter = isinstance(data, Scatter)
+        reads, _ = self.accesses(self.loop_sizes)
+        names = {name for name, _ in reads}
+        if isinstance(data, Scatter):
+            names.add(data.target)
+        self._read_names = frozenset(names)
+
+    # -- running the body in a kernel's variables ---------------------------------
+    def split(self, outer: tuple[int, ...]) -> tuple[int, ...] | None:
+        """This node's inner loop sizes under ``outer`` outer loops, or None if it does not fit."""
+        if self.is_reduction:
+            return self.reduction_sizes if self.loop_sizes == outer else None
+        if self.is_scatter:
+            return () if self.loop_sizes == outer else None
+        if self.loop_sizes[: len(outer)] == outer:
+            return self.loop_sizes[len(outer) :]
+        return None
+
+    def run(self, outer_vars: list[Expr], inner_vars: list[Expr]):
+        """Call the body; returns (value, store index, flat reduction index or None)."""
+        data = self.buffer.data
+        lay = self.buffer.layout
+        if isinstance(data, Reduction):
+            index = _fill(data.ranges, outer_vars)
+            rindex = _fill(data.reduction_ranges, inner_vars)
+            flat = Expr()
+            for idx, st in zip(rindex, _contig(data.reduction_ranges)):
+                flat = flat + idx * st
+            return data.body(index, rindex), lay.index(index), flat
+        if isinstance(data, Scatter):
+            index = _fill(data.ranges, [*outer_vars, *inner_vars])
+            return data.body(index), lay.index(data.dest(index)), None
+        assert isinstance(data, Pointwise)
+        perm = self.buffer.loop_order()
+        loop_index = _fill([data.ranges[d] for d in perm], [*outer_vars, *inner_vars])
+        index: list[Expr] = [Expr()] * len(perm)
+        for pos, d in enumerate(perm):
+            index[d] = loop_index[pos]
+        return data.body(index), lay.index(index), None
+
+    def accesses(self, outer: tuple[int, ...]) -> tuple[list[tuple[str, Expr]], Expr]:
+        """(reads, store index) in canonical kernel variables ``o*`` / ``i*``."""
+        inner = self.split(outer)
+        assert inner is not None
+        collector = _ReadCollector()
+        with set_ops_handler(collector):
+            _, store, _ = self.run(kernel_vars("o", outer), kernel_vars("i", inner))
+        return collector.reads, store
+
+    def read_names(self) -> frozenset[str]:
+        return self._read_names
+
+    def __repr__(self) -> str:
+        kind = "reduction" if self.is_reduction else "pointwise"
+        return f"{self.name}({kind} {list(self.loop_sizes)} x {list(self.reduction_sizes)})"
+
+
+def kernel_vars(prefix: str, sizes: Iterable[int]) -> list[Expr]:
+    return make_vars(prefix, sizes)
+
+
+def _fill(ranges: Iterable[int], vars_: list[Expr]) -> list[Expr]:
+    """Index for ``ranges``: size-1 dims get 0, the others take ``vars_`` in order."""
+    out, it = [], iter(vars_)
+    for s in ranges:
+        out.append(Expr() if s == 1 else next(it))
+    return out
+
+
+def _contig(sizes: Iterable[int]) -> list[int]:
+    from .indexing import contiguous_strides
+
+    return list(contiguous_strides(tuple(sizes)))
+
+
+@dataclass
+class FusedKernel:
+    """Nodes that run in one loop nest: ``outer`` loops around each node's inner loops."""
+
+    nodes: list[SchedulerNode]
+    outer: tuple[int, ...]
+    name: str = ""
+
+    @property
+    def order(self) -> int:
+        return min(n.order for n in self.nodes)
+
+    def names(self) -> set[str]:
+        return {n.name for n in self.nodes}
+
+    def inner_of(self, node: SchedulerNode) -> tuple[int, ...]:
+        inner = node.split(self.outer)
+        assert inner is not None
+        return inner
+
+    def __repr__(self) -> str:
+        return f"FusedKernel({self.name}, outer={list(self.outer)}, nodes={self.nodes})"
+
+
+@dataclass
+class ExternStep:
+    kernel: ExternKernel
+    order: int
+
+
+@dataclass
+class Schedule:
+    """What the wrapper runs, in order, and which buffers never reach memory."""
+
+    steps: list[FusedKernel | ExternStep]
+    # buffers written and read only inside one kernel (not graph outputs)
+    internal: set[str] = field(default_factory=set)
+    fusion_log: list[str] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        graph: GraphIR,
+        output_names: set[str],
+        fuse: bool = True,
+        epilogue_fusion: bool = True,
+        max_rounds: int = 10,
+    ):
+        self.graph = graph
+        self.output_names = output_names
+        self.nodes: list[SchedulerNode] = []
+        self.externs: list[ExternStep] = []
+        for order, buf in enumerate(graph.buffers):
+            if isinstance(buf, ComputedBuffer):
+                self.nodes.append(SchedulerNode(buf, order))
+            elif isinstance(buf, ExternKernel):
+                self.externs.append(ExternStep(buf, order))
+        self._deps = self._direct_dependencies()
+        self._ancestors = self._ancestor_sets()
+        self.fuse = fuse
+        self.epilogue_fusion = epilogue_fusion
+        self.max_rounds = max_rounds
+        self.log: list[str] = []
+
+    # -- dependency graph --------------------------------------------------------
+    def _step_name(self, name: str) -> str:
+        """The scheduled step that produces buffer ``name`` (multi-outputs map to their call)."""
+        buf = self._buffer_or_none(name)
+        parent = getattr(buf, "parent", None)
+        return parent.name if parent is not None else name
+
+    def _buffer_or_none(self, name: str):
+        try:
+            return self.graph.buffer(name)
+        except KeyError:
+            return None
+
+    def _direct_dependencies(self) -> dict[str, set[str]]:
+        produced = {n.name for n in self.nodes} | {e.kernel.name for e in self.externs}
+        deps: dict[str, set[str]] = {}
+        for node in self.nodes:
+            names = {self._step_name(r) for r in node.read_names()}
+            deps[node.name] = {d for d in names if d in produced}
+        for ext in self.externs:
+            names = {self._step_name(v.buffer.name) for v in ext.kernel.tensor_args()}
+            deps[ext.kernel.name] = {d for d in names if d in produced}
+        # Side-effecting extern calls keep their place relative to each other.
+        last_effect = None
+        for ext in self.externs:
+            if ext.kernel.mutates:
+                if last_effect is not None:
+                    deps[ext.kernel.name].add(last_effect)
+                last_effect = ext.kernel.name
+        return deps
+
+    def _ancestor_sets(self) -> dict[str, set[str]]:
+        order = sorted(
+            [(n.order, n.name) for n in self.nodes]
+            + [(e.order, e.kernel.name) for e in self.externs]
+        )
+        anc: dict[str, set[str]] = {}
+        for _, name in order:
+            acc: set[str] = set()
+            for d in self._deps[name]:
+                acc.add(d)
+                acc |= anc[d]
+            anc[name] = acc
+        return anc
+
+    # -- fusion ------------------------------------------------------------------
+    def run(self) -> Schedule:
+        kernels = [FusedKernel([n], n.loop_sizes) for n in self.nodes]
+        if self.fuse:
+            for _ in range(self.max_rounds):
+                before = len(kernels)
+                kernels = self._fuse_once(kernels)
+                if len(kernels) == before:
+                    break
+        steps = self._topological(kernels)
+        for i, step in enumerate(s for s in steps if isinstance(s, FusedKernel)):
+            step.name = f"kernel{i}"
+        return Schedule(steps, self._internal_buffers(kernels), self.log)
+
+    def _fuse_once(self, kernels: list[FusedKernel]) -> list[FusedKernel]:
+        candidates = []
+        by_read: dict[str, list[int]] = {}
+        for i, k in enumerate(kernels):
+            for name in self._kernel_reads(k) | k.names():
+                by_read.setdefault(name, []).append(i)
+        seen = set()
+        for idxs in by_read.values():
+            for a in idxs:
+                for b in idxs:
+                    if a < b and (a, b) not in seen:
+                        seen.add((a, b))
+                        score = self._score(kernels[a], kernels[b])
+                        if score > 0:
+                            candidates.append(
+                                (score, -abs(kernels[a].order - kernels[b].order), a, b)
+                            )
+        # independent kernels over the same loops: fusing saves a pass of loop overhead
+        by_outer: dict[tuple[int, ...], list[int]] = {}
+        for i, k in enumerate(kernels):
+            by_outer.setdefault(k.outer, []).append(i)
+        for idxs in by_outer.values():
+            for a, b in itertools.pairwise(idxs):
+                if (a, b) not in seen and kernels[a].outer:
+                    seen.add((a, b))
+                    candidates.append((0, -abs(kernels[a].order - kernels[b].order), a, b))
+        candidates.sort(reverse=True)
+        merged: dict[int, FusedKernel] = {i: k for i, k in enumerate(kernels)}
+        owner = list(range(len(kernels)))
+
+        def find(i: int) -> int:
+            while owner[i] != i:
+                i = owner[i]
+            return i
+
+        for _, _, a, b in candidates:
+            ra, rb = find(a), find(b)
+            if ra == rb:
+                continue
+            fused = self._try_fuse(merged[ra], merged[rb])
+            if fused is not None:
+                self.log.append(
+                    f"fused {[n.name for n in merged[ra].nodes]} + {[n.name for n in merged[rb].nodes]}"
+                )
+                merged[ra] = fused
+                del merged[rb]
+                owner[rb] = ra
+        return sorted(merged.values(), key=lambda k: k.order)
+
+    def _kernel_reads(self, k: FusedKernel) -> set[str]:
+        out: set[str] = set()
+        for n in k.nodes:
+            out |= n.read_names()
+        return out
+
+    def _score(self, a: FusedKernel, b: FusedKernel) -> int:
+        """Bytes of memory traffic fusing would save."""
+        reads_a, reads_b = self._kernel_reads(a), self._kernel_reads(b)
+        shared = (a.names() & reads_b) | (b.names() & reads_a) | (reads_a & reads_b)
+        total = 0
+        for name in shared:
+            buf = self._buffer_or_none(name)
+            if buf is not None and buf.layout is not None:
+                total += max(buf.layout.nbytes(), 1)
+        return total
+
+    def _try_fuse(self, a: FusedKernel, b: FusedKernel) -> FusedKernel | None:
+        if a.order > b.order:
+            a, b = b, a
+        if any(n.is_scatter for n in (*a.nodes, *b.nodes)):
+            return None
+        outer = self._common_outer(a, b)
+        if outer is None:
+            return None
+        names_a, names_b = a.names(), b.names()
+        if not self.epilogue_fusion and self._feeds_from_reduction(a, b):
+            return None
+        if self._creates_cycle(names_a, names_b) or self._creates_cycle(names_b, names_a):
+            return None
+        nodes = sorted([*a.nodes, *b.nodes], key=lambda n: n.order)
+        if not self._accesses_agree(nodes, outer):
+            return None
+        return FusedKernel(nodes, outer)
+
+    def _feeds_from_reduction(self, a: FusedKernel, b: FusedKernel) -> bool:
+        """Whether a node of ``b`` reads a reduction computed in ``a``."""
+        reductions = {n.name for n in a.nodes if n.is_reduction}
+        return bool(reductions & self._kernel_reads(b))
+
+    def _common_outer(self, a: FusedKernel, b: FusedKernel) -> tuple[int, ...] | None:
+        options = sorted({a.outer, b.outer}, key=len)
+        for outer in options:
+            if not outer and (a.outer or b.outer):
+                continue
+            if all(n.split(outer) is not None for n in (*a.nodes, *b.nodes)):
+                return outer
+        # two pointwise kernels over different shapes may share their common prefix
+        prefix = []
+        for x, y in zip(a.outer, b.outer):
+            if x != y:
+                break
+            prefix.append(x)
+        outer = tuple(prefix)
+        if outer and all(n.split(outer) is not None for n in (*a.nodes, *b.nodes)):
+            return outer
+        return None
+
+    def _creates_cycle(self, src: set[str], dst: set[str]) -> bool:
+        """A path src -> (something else) -> dst would make the fused kernel wait on itself."""
+        for d in dst:
+            for mid in self._deps[d]:
+                if mid in src or mid in dst:
+                    continue
+                if self._ancestors[mid] & src:
+                    return True
+        return False
+
+    def _accesses_agree(self, nodes: list[SchedulerNode], outer: tuple[int, ...]) -> bool:
+        stores = {}
+        for n in nodes:
+            reads, store = n.accesses(outer)
+            for name, index in reads:
+                if name in stores and stores[name] != index:
+                    return False
+            stores[n.name] = store
+        return True
+
+    # -- ordering and buffer placement ----------------------------------------------
+    def _topological(self, kernels: list[FusedKernel]) -> list[FusedKernel | ExternStep]:
+        steps: list[FusedKernel | ExternStep] = [*kernels, *self.externs]
+        owner = {}
+        for s in steps:
+            for name in s.names() if isinstance(s, FusedKernel) else {s.kernel.name}:
+                owner[name] = id(s)
+        preds: dict[int, set[int]] = {id(s): set() for s in steps}
+        for s in steps:
+            names = s.names() if isinstance(s, FusedKernel) else {s.kernel.name}
+            for name in names:
+                for d in self._deps[name]:
+                    if owner[d] != id(s):
+                        preds[id(s)].add(owner[d])
+        done: set[int] = set()
+        out: list[FusedKernel | ExternStep] = []
+        pending = sorted(steps, key=lambda s: s.order)
+        while pending:
+            for i, s in enumerate(pending):
+                if preds[id(s)] <= done:
+                    out.append(s)
+                    done.add(id(s))
+                    del pending[i]
+                    break
+            else:
+                raise AssertionError("fusion created a cycle (scheduler bug)")
+        return out
+
+    def _internal_buffers(self, kernels: list[FusedKernel]) -> set[str]:
+        readers: dict[str, set[int]] = {}
+        for i, k in enumerate(kernels):
+            for name in self._kernel_reads(k):
+                readers.setdefault(name, set()).add(i)
+        for ext in self.externs:
+            for v in ext.kernel.tensor_args():
+                readers.setdefault(v.buffer.name, set()).add(-1)
+        internal = set()
+        for i, k in enumerate(kernels):
+            for n in k.nodes:
+                if n.name in self.output_names:
+                    continue
+                if readers.get(n.name, set()) <= {i}:
+                    internal.add(n.name)
+        return internal

@@ -1,0 +1,94 @@
+"""The onnxrt compiler of one aten graph, and the decompositions it expects.
+
+``compile_aten_graph`` is what ``torchkiln.aot.aot_autograd`` calls for the
+forward graph and for the backward graph: convert to ONNX, optionally dump
+the model, open an onnxruntime session on the inputs' device.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Sequence
+
+import onnx
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+from torchkiln import logs
+from torchkiln_onnxrt import ops_attention, ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401 (registers converters)
+from torchkiln_onnxrt.converter import convert_graph
+from torchkiln_onnxrt.runtime import OnnxRuntimeGraph, graph_device
+
+aten = torch.ops.aten
+
+_graph_ids = itertools.count()
+
+#: Ops decomposed on top of the core aten tables: ONNX has no single op for them.
+EXTRA_DECOMPOSITIONS = (
+    aten.native_batch_norm,
+    aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_functional,
+    aten._native_batch_norm_legit_no_training,
+    aten._batch_norm_with_update,
+    aten._batch_norm_with_update_functional,
+    aten._batch_norm_no_update,
+    aten.native_layer_norm,
+    aten.native_dropout,
+    aten.elu,
+    aten.upsample_bilinear2d,
+    aten.upsample_nearest2d,
+    aten.linalg_vector_norm,
+)
+
+
+def decompositions() -> dict:
+    """The decomposition table to trace graphs for this backend with.
+
+    torch's core-aten table and :data:`EXTRA_DECOMPOSITIONS` (not the AOT
+    layer's default table: it brings some ops down to prims).
+    """
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
+    return table
+
+
+def compile_aten_graph(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[torch.Tensor],
+    *,
+    providers: Sequence[str] | None = None,
+    graph_optimization_level: str = "all",
+    dump_onnx_dir: str | None = None,
+    intra_op_num_threads: int | None = None,
+) -> Callable:
+    """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``."""
+    _ensure_meta(gm, example_inputs)
+    converted = convert_graph(gm)
+    graph_id = next(_graph_ids)
+    if logs.enabled("output_code"):
+        logs.artifact(
+            "output_code", "onnxrt graph %d:\n%s", graph_id, onnx.printer.to_text(converted.model)
+        )
+    if dump_onnx_dir is not None:
+        os.makedirs(dump_onnx_dir, exist_ok=True)
+        onnx.save(
+            converted.model, os.path.join(dump_onnx_dir, f"graph_{os.getpid()}_{graph_id}.onnx")
+        )
+    return OnnxRuntimeGraph(
+        converted,
+        graph_device(gm),
+        providers=providers,
+        graph_optimization_level=graph_optimization_level,
+        intra_op_num_threads=intra_op_num_threads,
+    )
+
+
+def _ensure_meta(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
+    """Record ``meta["val"]`` on every node when the graph was not traced by make_fx."""
+    if all("val" in n.meta for n in gm.graph.nodes if n.op not in ("output",)):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)

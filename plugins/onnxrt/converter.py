@@ -1,0 +1,302 @@
+"""FX → ONNX: turns a functional aten-level ``torch.fx`` graph into an ``onnx.ModelProto``.
+
+What comes in: a graph whose placeholders are tensors, whose nodes call aten
+overloads (``torch.ops.aten.add.Tensor``, ...) and carry ``meta["val"]`` (the
+fake tensor that make_fx records), and whose output is a flat tuple. What
+goes out: a :class:`ConvertedGraph`, the ONNX model plus where each output of
+the FX graph comes from.
+
+Where to hook in: an op converter is a function
+``convert(b: GraphBuilder, node, *args, **kwargs) -> str | list[str]``
+registered with ``@converts(torch.ops.aten.<op>.<overload>, ...)``. Its
+arguments are the node's, with every tensor replaced by a :class:`Value`
+(ONNX name, dtype, shape); it emits ONNX nodes through ``b`` and returns the
+ONNX name(s) of its result(s). The converters live in the ``ops_*`` modules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from onnx import helper
+
+from torchkiln.exc import NotImplementedYet
+from torchkiln_onnxrt.dtypes import numpy_dtype, onnx_dtype
+
+OPSET = 18
+IR_VERSION = 8
+
+Converter = Callable[..., "str | Sequence[str | None]"]
+CONVERTERS: dict[Any, Converter] = {}
+
+
+def converts(*targets: Any) -> Callable[[Converter], Converter]:
+    """Register a converter for aten overloads (or whole overload packets)."""
+
+    def register(fn: Converter) -> Converter:
+        for target in targets:
+            CONVERTERS[target] = fn
+        return fn
+
+    return register
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor of the ONNX graph being built: its name, dtype and static shape."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class OutputSlot:
+    """Where one output of the FX graph comes from when the model has run.
+
+    ``kind`` is ``"onnx"`` (``index`` into the model's outputs) or
+    ``"const"`` (``value`` is returned as it is: ``None`` or a Python number).
+    """
+
+    kind: str
+    index: int = 0
+    value: Any = None
+
+
+@dataclass
+class ConvertedGraph:
+    """The ONNX model of a graph, its inputs' names, and how to assemble its outputs."""
+
+    model: onnx.ModelProto
+    input_names: list[str]
+    output_metas: list[torch.Tensor]
+    output_slots: list[OutputSlot]
+
+
+def meta_of(node: torch.fx.Node) -> Any:
+    """The fake value make_fx recorded for ``node``."""
+    if "val" not in node.meta:
+        raise NotImplementedYet(
+            f"node {node.format_node()} has no meta['val']: the onnxrt backend needs "
+            "graphs traced with make_fx (or run through FakeTensorProp) first"
+        )
+    return node.meta["val"]
+
+
+def out_dtype(node: torch.fx.Node, index: int = 0) -> torch.dtype:
+    val = meta_of(node)
+    return (val[index] if isinstance(val, (tuple, list)) else val).dtype
+
+
+def out_shape(node: torch.fx.Node, index: int = 0) -> tuple[int, ...]:
+    val = meta_of(node)
+    return static_shape(val[index] if isinstance(val, (tuple, list)) else val)
+
+
+def static_shape(t: torch.Tensor) -> tuple[int, ...]:
+    shape = tuple(t.shape)
+    if not all(isinstance(d, int) for d in shape):
+        raise NotImplementedYet(
+            f"the onnxrt backend compiles static shapes only, got symbolic sizes {shape}; "
+            "compile with dynamic=False"
+        )
+    return shape
+
+
+class GraphBuilder:
+    """Accumulates ONNX nodes and initializers; converters emit through it."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._ids = itertools.count()
+        self._const_cache: dict[tuple, str] = {}
+        self.constant_names: set[str] = set()
+        self._transposed: dict[str, str] = {}
+
+    def fresh(self, hint: str = "t") -> str:
+        return f"{hint}__{next(self._ids)}"
+
+    def op(self, op_type: str, inputs: Sequence[str], outputs: int = 1, **attrs: Any) -> Any:
+        """Emit one ONNX node; returns its output name, or a list when ``outputs > 1``."""
+        names = [self.fresh(op_type.lower()) for _ in range(outputs)]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
+        return names[0] if outputs == 1 else names
+
+    def const(self, value: Any, dtype: torch.dtype) -> str:
+        """An initializer holding ``value`` (a number, nested list or array) as ``dtype``."""
+        array = np.asarray(value, dtype=numpy_dtype(dtype))
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key in self._const_cache:
+            return self._const_cache[key]
+        name = self.fresh("const")
+        self.initializers.append(onnx.numpy_helper.from_array(array, name))
+        self.constant_names.add(name)
+        if array.size <= 64:
+            self._const_cache[key] = name
+        return name
+
+    def ints(self, values: Sequence[int]) -> str:
+        """A 1-D int64 initializer, the form ONNX takes shapes, axes and pads in."""
+        return self.const(list(values), torch.int64)
+
+    def as_dtype(self, x: Value | float | int | bool, dtype: torch.dtype) -> str:
+        """``x`` as an ONNX tensor of ``dtype``: cast a Value, make a constant of a number."""
+        if isinstance(x, Value):
+            if x.dtype == dtype:
+                return x.name
+            return self.op("Cast", [x.name], to=onnx_dtype(dtype))
+        if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
+            raise NotImplementedYet("the onnxrt backend compiles static shapes only (got a SymInt)")
+        return self.const(x, dtype)
+
+    def transpose_2d(self, name: str) -> str:
+        """The transpose of a matrix; remembered so matmuls can fold it into Gemm's flags."""
+        if name in self._transposed:
+            return self._transposed[name]
+        result = self.op("Transpose", [name], perm=[1, 0])
+        self._transposed[result] = name
+        return result
+
+    def untransposed(self, name: str) -> tuple[str, int]:
+        """``(source, 1)`` when ``name`` is the transpose of ``source``, else ``(name, 0)``."""
+        if name in self._transposed:
+            return self._transposed[name], 1
+        return name, 0
+
+    def reshape(self, name: str, shape: Sequence[int]) -> str:
+        return self.op("Reshape", [name, self.ints(shape)], allowzero=1)
+
+
+def convert_graph(gm: torch.fx.GraphModule) -> ConvertedGraph:
+    """Convert ``gm`` (functional aten graph, flat tensor inputs, flat tuple output)."""
+    b = GraphBuilder()
+    env: dict[torch.fx.Node, Any] = {}
+    graph_inputs: list[onnx.ValueInfoProto] = []
+    input_names: list[str] = []
+    output_node = None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = meta_of(node)
+            if not isinstance(val, torch.Tensor):
+                raise NotImplementedYet(
+                    f"graph input {node.name} is a {type(val).__name__}, not a tensor: "
+                    "the onnxrt backend compiles static shapes only; compile with dynamic=False"
+                )
+            name = f"in_{len(input_names)}_{node.name}"
+            value = Value(name, val.dtype, static_shape(val))
+            graph_inputs.append(
+                helper.make_tensor_value_info(name, onnx_dtype(value.dtype), value.shape)
+            )
+            input_names.append(name)
+            env[node] = value
+        elif node.op == "get_attr":
+            tensor = getattr(gm, node.target)
+            if not isinstance(tensor, torch.Tensor):
+                raise NotImplementedYet(f"get_attr {node.target} is not a tensor")
+            array = tensor.detach().cpu().numpy()
+            env[node] = Value(b.const(array, tensor.dtype), tensor.dtype, tuple(tensor.shape))
+        elif node.op == "call_function":
+            env[node] = _convert_call(b, node, env)
+        elif node.op == "output":
+            output_node = node
+        else:
+            raise NotImplementedYet(
+                f"the onnxrt backend converts aten graphs only; got a {node.op} node "
+                f"({node.format_node()}); run the graph through torchkiln.aot first"
+            )
+    assert output_node is not None
+    return _finish(b, graph_inputs, input_names, output_node, env)
+
+
+def _convert_call(b: GraphBuilder, node: torch.fx.Node, env: dict) -> Any:
+    if node.target is operator.getitem:
+        source, index = node.args
+        return env[source][index]
+    target = node.target
+    converter = CONVERTERS.get(target) or CONVERTERS.get(getattr(target, "overloadpacket", None))
+    if converter is None:
+        raise NotImplementedYet(
+            f"the onnxrt backend has no converter for {target} (node {node.format_node()}); "
+            "set torchkiln.config.suppress_errors = True to run this graph eagerly"
+        )
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    result = converter(b, node, *args, **kwargs)
+    val = meta_of(node)
+    if isinstance(val, (tuple, list)):
+        return [
+            Value(name, v.dtype, static_shape(v)) if isinstance(v, torch.Tensor) else None
+            for name, v in zip(result, val)
+        ]
+    if not isinstance(val, torch.Tensor):
+        raise NotImplementedYet(f"{target} returns a {type(val).__name__}, not a tensor")
+    return Value(result, val.dtype, static_shape(val))
+
+
+def _finish(
+    b: GraphBuilder,
+    graph_inputs: list[onnx.ValueInfoProto],
+    input_names: list[str],
+    output_node: torch.fx.Node,
+    env: dict,
+) -> ConvertedGraph:
+    (results,) = output_node.args
+    if not isinstance(results, (tuple, list)):
+        results = (results,)
+    slots: list[OutputSlot] = []
+    outputs: list[onnx.ValueInfoProto] = []
+    output_metas: list[torch.Tensor] = []
+    index_of: dict[torch.fx.Node, int] = {}
+    output_names: set[str] = set()
+    for result in results:
+        if not isinstance(result, torch.fx.Node):
+            slots.append(OutputSlot("const", value=result))
+            continue
+        if result in index_of:
+            slots.append(OutputSlot("onnx", index_of[result]))
+            continue
+        value = env[result]
+        name = value.name
+        if name in input_names or name in b.constant_names or name in output_names:
+            # ONNX forbids inputs and initializers as outputs, and outputs named twice.
+            name = b.op("Identity", [name])
+        output_names.add(name)
+        index_of[result] = len(outputs)
+        slots.append(OutputSlot("onnx", len(outputs)))
+        outputs.append(helper.make_tensor_value_info(name, onnx_dtype(value.dtype), value.shape))
+        output_metas.append(meta_of(result))
+    nodes = _live_nodes(b.nodes, [o.name for o in outputs])
+    used = {name for node in nodes for name in node.input}
+    initializers = [t for t in b.initializers if t.name in used]
+    graph = helper.make_graph(nodes, "torchkiln_graph", graph_inputs, outputs, initializers)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="torchkiln_onnxrt",
+    )
+    model.ir_version = IR_VERSION
+    return ConvertedGraph(model, input_names, output_metas, slots)
+
+
+def _live_nodes(nodes: list[onnx.NodeProto], outputs: list[str]) -> list[onnx.NodeProto]:
+    """The nodes the outputs depend on, in order (converters may leave unused results)."""
+    needed = set(outputs)
+    live = []
+    for node in reversed(nodes):
+        if needed.intersection(node.output):
+            live.append(node)
+            needed.update(node.input)
+    return live[::-1]

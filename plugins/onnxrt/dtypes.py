@@ -1,0 +1,50 @@
+"""The one table that maps torch dtypes to ONNX element types and numpy dtypes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import torch
+
+from torchkiln.exc import NotImplementedYet
+
+_TORCH_TO_ONNX = {
+    torch.float32: onnx.TensorProto.FLOAT,
+    torch.float16: onnx.TensorProto.FLOAT16,
+    torch.float64: onnx.TensorProto.DOUBLE,
+    torch.int64: onnx.TensorProto.INT64,
+    torch.int32: onnx.TensorProto.INT32,
+    torch.int16: onnx.TensorProto.INT16,
+    torch.int8: onnx.TensorProto.INT8,
+    torch.uint8: onnx.TensorProto.UINT8,
+    torch.bool: onnx.TensorProto.BOOL,
+}
+
+_TORCH_TO_NUMPY = {
+    torch.float32: np.float32,
+    torch.float16: np.float16,
+    torch.float64: np.float64,
+    torch.int64: np.int64,
+    torch.int32: np.int32,
+    torch.int16: np.int16,
+    torch.int8: np.int8,
+    torch.uint8: np.uint8,
+    torch.bool: np.bool_,
+}
+
+
+def onnx_dtype(dtype: torch.dtype) -> int:
+    """The ``onnx.TensorProto`` element type of a torch dtype."""
+    try:
+        return _TORCH_TO_ONNX[dtype]
+    except KeyError:
+        raise NotImplementedYet(
+            f"the onnxrt backend does not handle tensors of dtype {dtype} yet; "
+            f"supported: {', '.join(str(d) for d in _TORCH_TO_ONNX)}"
+        ) from None
+
+
+def numpy_dtype(dtype: torch.dtype) -> type:
+    """The numpy scalar type onnxruntime's IO binding uses for a torch dtype."""
+    onnx_dtype(dtype)
+    return _TORCH_TO_NUMPY[dtype]

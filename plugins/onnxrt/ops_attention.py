@@ -1,0 +1,70 @@
+"""Converter of the fused attention backward op that autograd records for sdpa.
+
+The forward ``scaled_dot_product_attention`` is decomposed into matmuls and a
+softmax, but when autograd picked the fused CPU kernel before decomposition
+the backward graph holds its backward op: it is re-derived here from the
+recomputed attention probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from torchkiln.exc import NotImplementedYet
+from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype
+
+aten = torch.ops.aten
+
+
+def _swap_last(b: GraphBuilder, name: str, ndim: int) -> str:
+    return b.op("Transpose", [name], perm=[*range(ndim - 2), ndim - 1, ndim - 2])
+
+
+@converts(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def flash_attention_backward(
+    b: GraphBuilder,
+    node,
+    grad: Value,
+    q: Value,
+    k: Value,
+    v: Value,
+    out: Value,
+    logsumexp: Value,
+    dropout_p: float,
+    is_causal: bool,
+    *,
+    attn_mask: Value | None = None,
+    scale: float | None = None,
+) -> list[str]:
+    if dropout_p:
+        raise NotImplementedYet(
+            "the onnxrt backend cannot replay the dropout mask of fused attention"
+        )
+    if q.shape[:-2] != k.shape[:-2]:
+        raise NotImplementedYet(
+            "the onnxrt backend's attention backward needs as many key as query heads"
+        )
+    dtype = out_dtype(node)
+    ndim = q.ndim
+    scale = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    scale_c = b.const(scale, dtype)
+    scores = b.op("Mul", [b.op("MatMul", [q.name, _swap_last(b, k.name, ndim)]), scale_c])
+    if is_causal:
+        keep = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool))
+        scores = b.op("Where", [b.const(keep, torch.bool), scores, b.const(-math.inf, dtype)])
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = b.op("Where", [attn_mask.name, scores, b.const(-math.inf, dtype)])
+        else:
+            scores = b.op("Add", [scores, b.as_dtype(attn_mask, dtype)])
+    probs = b.op("Softmax", [scores], axis=-1)
+    grad_v = b.op("MatMul", [_swap_last(b, probs, ndim), grad.name])
+    grad_probs = b.op("MatMul", [grad.name, _swap_last(b, v.name, ndim)])
+    row_dot = b.op("ReduceSum", [b.op("Mul", [grad_probs, probs]), b.ints([-1])], keepdims=1)
+    grad_scores = b.op("Mul", [probs, b.op("Sub", [grad_probs, row_dot])])
+    grad_q = b.op("Mul", [b.op("MatMul", [grad_scores, k.name]), scale_c])
+    grad_k = b.op("Mul", [b.op("MatMul", [_swap_last(b, grad_scores, ndim), q.name]), scale_c])
+    return [grad_q, grad_k, grad_v]

@@ -1,0 +1,175 @@
+"""Graphs handed to compilers are functional aten graphs; the runtime restores eager semantics."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from aot_testing import RecordingCompiler, flat_graph, ops
+
+from torchkiln.aot import aot_autograd, default_decompositions
+
+aten = torch.ops.aten
+
+
+def _compile(fn, inputs, **kwargs):
+    rec = RecordingCompiler()
+    gm = fn if isinstance(fn, fx.GraphModule) else fx.symbolic_trace(fn)
+    return aot_autograd(fw_compiler=rec, **kwargs)(gm, inputs), rec
+
+
+def _mutable_ops(gm: fx.GraphModule) -> list:
+    return [op for op in ops(gm) if hasattr(op, "_schema") and op._schema.is_mutable]
+
+
+def scale_in_place(x, buf):
+    y = x * 2
+    y.mul_(3)
+    buf.add_(1)
+    return y.relu_()
+
+
+def test_graphs_have_no_in_place_ops() -> None:
+    x, buf = torch.randn(4, requires_grad=True), torch.zeros(4)
+    compiled, rec = _compile(scale_in_place, [x, buf])
+    compiled(x, buf).sum().backward()
+    assert len(rec.graphs) == 2
+    for gm in rec.graphs:
+        assert _mutable_ops(gm) == []
+
+
+def test_input_mutation_is_applied_to_the_real_input_in_training() -> None:
+    x, buf = torch.randn(4, requires_grad=True), torch.zeros(4)
+    compiled, _ = _compile(scale_in_place, [x, buf])
+    out = compiled(x, buf)
+    torch.testing.assert_close(buf, torch.ones(4))
+    torch.testing.assert_close(out, (x * 6).relu())
+
+
+def test_input_mutation_is_applied_to_the_real_input_in_inference() -> None:
+    x, buf = torch.randn(4), torch.zeros(4)
+    compiled, rec = _compile(scale_in_place, [x, buf])
+    compiled(x, buf)
+    compiled(x, buf)
+    torch.testing.assert_close(buf, torch.full((4,), 2.0))
+    assert len(rec.graphs[0].graph.find_nodes(op="output")[0].args[0]) == 2  # new buf, result
+
+
+def test_batchnorm_running_stats_come_back_as_graph_outputs() -> None:
+    bn = torch.nn.BatchNorm1d(3)
+    gm, state = flat_graph(bn)
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        compiled, rec = _compile(gm, [*state, x])
+        compiled(*state, x)
+    output = rec.graphs[0].graph.find_nodes(op="output")[0].args[0]
+    assert len(output) == 4  # running_mean, running_var, num_batches_tracked, y
+    assert int(bn.num_batches_tracked) == 1
+    torch.testing.assert_close(bn.running_mean, 0.1 * x.mean(0))
+
+
+def view_and_double(x):
+    return x.view(-1), x * 2
+
+
+def test_output_aliasing_an_input_is_a_view_of_the_real_input() -> None:
+    x = torch.randn(2, 3)
+    compiled, _ = _compile(view_and_double, [x])
+    flat, _ = compiled(x)
+    assert flat.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    x.add_(1)
+    torch.testing.assert_close(flat, x.view(-1))
+
+
+def test_gradient_flows_through_an_output_aliasing_an_input() -> None:
+    x = torch.randn(2, 3, requires_grad=True)
+    compiled, _ = _compile(view_and_double, [x])
+    flat, doubled = compiled(x)
+    (flat.sum() + doubled.sum()).backward()
+    torch.testing.assert_close(x.grad, torch.full((2, 3), 3.0))
+
+
+def identity_and_sin(x):
+    return x, x.sin()
+
+
+def test_output_that_is_an_input_is_returned_as_that_input() -> None:
+    x = torch.randn(3)
+    compiled, _ = _compile(identity_and_sin, [x])
+    assert compiled(x)[0] is x
+
+
+def size_and_cos(x):
+    return x.cos(), x.size(0)
+
+
+def test_non_tensor_output_is_returned_unchanged() -> None:
+    x = torch.randn(7, requires_grad=True)
+    compiled, _ = _compile(size_and_cos, [x])
+    out, size = compiled(x)
+    assert size == 7
+    torch.testing.assert_close(out, x.cos())
+
+
+def silu_of(x):
+    return F.silu(x) * 2
+
+
+def test_default_decompositions_bring_graphs_to_core_aten() -> None:
+    x = torch.randn(4, requires_grad=True)
+    compiled, rec = _compile(silu_of, [x], decompositions=default_decompositions())
+    compiled(x)
+    assert aten.silu.default not in ops(rec.graphs[0])
+    assert all(torch.Tag.core in op.tags for op in ops(rec.graphs[0]))
+
+
+def test_kept_ops_stay_whole() -> None:
+    x = torch.randn(4, requires_grad=True)
+    table = default_decompositions(keep=(aten.silu,))
+    compiled, rec = _compile(silu_of, [x], decompositions=table)
+    compiled(x)
+    assert aten.silu.default in ops(rec.graphs[0])
+
+
+def test_default_decompositions_is_a_fresh_dict_each_call() -> None:
+    table = default_decompositions()
+    table.clear()
+    assert default_decompositions()
+
+
+def accumulate_into(x, buf):
+    buf.add_(x)
+    return buf * x
+
+
+def test_mutating_an_input_with_a_value_that_requires_grad_is_tracked_by_autograd() -> None:
+    x, buf = torch.randn(3, requires_grad=True), torch.zeros(3)
+    compiled, _ = _compile(accumulate_into, [x, buf])
+    out = compiled(x, buf)
+    assert buf.requires_grad
+    (out.sum() + buf.sum()).backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach() + 1)
+
+
+def add_constant(x):
+    return x + torch.arange(3.0)
+
+
+def test_tensor_constants_in_the_graph_are_kept() -> None:
+    x = torch.randn(3, requires_grad=True)
+    compiled, _ = _compile(add_constant, [x], decompositions=default_decompositions())
+    torch.testing.assert_close(compiled(x), x + torch.arange(3.0))
+
+
+def sin_of(x):
+    return torch.sin(x)
+
+
+def test_an_added_decomposition_is_applied() -> None:
+    table = default_decompositions()
+    table[aten.sin.default] = lambda x: torch.cos(x - torch.pi / 2)
+    x = torch.randn(4, requires_grad=True)
+    compiled, rec = _compile(sin_of, [x], decompositions=table)
+    torch.testing.assert_close(compiled(x), torch.sin(x))
+    assert aten.sin.default not in ops(rec.graphs[0])
+    assert aten.cos.default in ops(rec.graphs[0])

@@ -1,0 +1,152 @@
+"""The autograd.Function runtime: lazy backward, grad modes, retain_graph, double backward, RNG."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from aot_testing import RecordingCompiler
+
+from torchkiln.aot import aot_autograd
+from torchkiln.backends.aot import aot_eager, aot_eager_decomp_partition
+
+
+def sin_times(x, y):
+    return torch.sin(x) * y
+
+
+def _compile(fn, inputs):
+    fw, bw, inference = RecordingCompiler(), RecordingCompiler(), RecordingCompiler()
+    compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference)(
+        fx.symbolic_trace(fn), inputs
+    )
+    return compiled, fw, bw, inference
+
+
+def test_backward_is_compiled_on_first_backward_then_reused() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    compiled, _, bw, _ = _compile(sin_times, [x, y])
+    out = compiled(x, y)
+    assert len(bw.graphs) == 0
+    out.sum().backward()
+    compiled(x, y).sum().backward()
+    assert len(bw.graphs) == 1
+
+
+def test_gradients_match_eager() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    compiled, *_ = _compile(sin_times, [x, y])
+    grads = torch.autograd.grad(compiled(x, y).sum(), [x, y])
+    expected = torch.autograd.grad(sin_times(x, y).sum(), [x, y])
+    torch.testing.assert_close(grads, expected)
+
+
+def test_input_not_requiring_grad_gets_no_gradient() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    compiled, *_ = _compile(sin_times, [x, y])
+    compiled(x, y).sum().backward()
+    assert y.grad is None
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()) * y)
+
+
+def cos_and_mask(x):
+    return x.cos(), x > 0
+
+
+def test_output_not_requiring_grad_is_returned_without_grad() -> None:
+    x = torch.randn(6, requires_grad=True)
+    compiled, *_ = _compile(cos_and_mask, [x])
+    value, mask = compiled(x)
+    assert value.requires_grad and not mask.requires_grad
+    assert torch.equal(mask, x > 0)
+    value.sum().backward()
+    torch.testing.assert_close(x.grad, -torch.sin(x.detach()))
+
+
+def test_no_grad_call_compiles_only_an_inference_graph() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    with torch.no_grad():
+        compiled, fw, bw, inference = _compile(sin_times, [x, y])
+        out = compiled(x, y)
+    assert (len(inference.graphs), len(fw.graphs), len(bw.graphs)) == (1, 0, 0)
+    assert not out.requires_grad
+
+
+def test_call_with_grad_after_no_grad_compile_builds_training_graphs() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    with torch.no_grad():
+        compiled, fw, _, _ = _compile(sin_times, [x, y])
+    compiled(x, y).sum().backward()
+    assert len(fw.graphs) == 1
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()) * y)
+
+
+def test_retain_graph_allows_a_second_backward() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    compiled, *_ = _compile(sin_times, [x, y])
+    loss = compiled(x, y).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    torch.testing.assert_close(x.grad, 2 * torch.cos(x.detach()) * y)
+
+
+def test_second_backward_without_retain_graph_fails_as_in_eager() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    compiled, *_ = _compile(sin_times, [x, y])
+    loss = compiled(x, y).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+
+
+def test_double_backward_raises_a_clear_error() -> None:
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    compiled, *_ = _compile(sin_times, [x, y])
+    (gx,) = torch.autograd.grad(compiled(x, y).sum(), [x], create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        gx.sum().backward()
+
+
+def dropout_scale(x):
+    return F.dropout(x, 0.5, training=True) * 3
+
+
+@pytest.mark.parametrize(
+    "backend", [aot_eager, aot_eager_decomp_partition], ids=lambda b: b.__name__
+)
+def test_dropout_draws_the_same_mask_as_eager_under_a_fixed_seed(backend) -> None:
+    x = torch.randn(64, requires_grad=True)
+    compiled = backend(fx.symbolic_trace(dropout_scale), [x])
+    torch.manual_seed(0)
+    expected = dropout_scale(x)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), [x])
+    torch.manual_seed(0)
+    actual = compiled(x)
+    (actual_grad,) = torch.autograd.grad(actual.sum(), [x])
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(actual_grad, expected_grad)
+
+
+def test_symbolic_sizes_are_refused_with_a_clear_error() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from torchkiln.exc import NotImplementedYet
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    x = mode.from_tensor(torch.randn(4, 4), static_shapes=False)
+    with pytest.raises(NotImplementedYet, match="static shapes"):
+        aot_autograd(fw_compiler=RecordingCompiler())(fx.symbolic_trace(sin_times), [x, x])
+
+
+def times(x, n):
+    return x * n
+
+
+def test_a_new_value_of_a_non_tensor_input_gets_its_own_graph() -> None:
+    x = torch.randn(3, requires_grad=True)
+    compiled, fw, _, _ = _compile(times, [x, 3])
+    torch.testing.assert_close(compiled(x, 3), x * 3)
+    torch.testing.assert_close(compiled(x, 4), x * 4)
+    assert len(fw.graphs) == 2

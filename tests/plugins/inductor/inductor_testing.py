@@ -1,0 +1,45 @@
+"""Helpers for the inductor tests: trace a function to aten and compile it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
+
+from torchkiln_inductor.backend import decompositions
+from torchkiln_inductor.compile_fx import CompiledGraph, compile_fx
+from torchkiln_inductor.options import parse_options
+
+
+def aten_graph(fn: Callable, *args: Any) -> torch.fx.GraphModule:
+    def flat(*a: Any) -> tuple:
+        return tuple(pytree.tree_leaves(fn(*a)))
+
+    with torch.no_grad():
+        return make_fx(flat, decomposition_table=decompositions())(*args)
+
+
+def compile_fn(fn: Callable, *args: Any, **options: Any) -> CompiledGraph:
+    """``fn`` traced to a flat aten graph and compiled by the inductor pipeline."""
+    return compile_fx(aten_graph(fn, *args), list(args), parse_options(options))
+
+
+def check(
+    fn: Callable, *args: Any, rtol: float | None = None, atol: float | None = None, **options: Any
+) -> CompiledGraph:
+    """Compile ``fn``, run it on fresh copies of ``args`` and compare with eager."""
+    compiled = compile_fn(fn, *args, **options)
+    expected = pytree.tree_leaves(fn(*args))
+    actual = compiled(*args)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    return compiled
+
+
+def kernel_count(compiled: CompiledGraph) -> int:
+    """Number of C++ kernel functions in the generated source."""
+    return compiled.generated.cpp_source.count('extern "C" void kiln_')

@@ -1,0 +1,36 @@
+"""Index expressions simplify views back into plain strided indices."""
+
+from torchkiln_inductor.indexing import Expr, Var, linear_index, unflatten
+
+
+def v(name, size):
+    return Expr.of(Var(name, size))
+
+
+def test_flatten_then_unflatten_is_the_identity():
+    i, j = v("i", 4), v("j", 6)
+    flat = linear_index([i, j], [6, 1])
+    assert unflatten(flat, (4, 6)) == [i, j]
+
+
+def test_split_then_merge_recombines_into_the_flat_index():
+    n = v("n", 24)
+    a, b = unflatten(n, (4, 6))
+    assert a * 6 + b == n
+
+
+def test_floordiv_drops_terms_below_the_divisor():
+    i, j = v("i", 10), v("j", 8)
+    assert (i * 8 + j).floordiv(8) == i
+    assert (i * 8 + j).mod(8) == j
+
+
+def test_floordiv_keeps_what_it_cannot_prove():
+    j = v("j", 10)
+    assert str(j.floordiv(4)) == "((j) / 4)"
+
+
+def test_rendered_division_parenthesises_its_argument():
+    i, j = v("i", 3), v("j", 100)
+    text = (i * 7 + j).floordiv(5).render()
+    assert text.startswith("((") and "/ 5)" in text

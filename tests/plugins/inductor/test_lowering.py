@@ -1,0 +1,136 @@
+"""Lowerings whose behaviour the OpInfo sweep does not pin down: dtypes, random ops, indexing."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from inductor_testing import check, compile_fn, kernel_count
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_float_dtypes_compute_and_store_correctly(dtype):
+    x = torch.randn(33, 65).to(dtype)
+    check(
+        lambda a: (a.exp() * 2 - a).sum(-1),
+        x,
+        rtol=2e-2 if dtype != torch.float64 else None,
+        atol=2e-2 if dtype != torch.float64 else None,
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_integer_and_bool_dtypes(dtype):
+    x = torch.randint(0, 5, (17, 9)).to(dtype)
+    check(lambda a: (a * a, a.sum(0), a.max(1).values, a == 2), x)
+
+
+def test_integer_floor_division_and_remainder_follow_python():
+    a = torch.tensor([-7, 7, -7, 7, 0])
+    b = torch.tensor([2, -2, -2, 2, 3])
+    check(lambda x, y: (torch.div(x, y, rounding_mode="floor"), torch.remainder(x, y)), a, b)
+
+
+def test_argmax_takes_first_of_ties_and_nan_wins():
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0] * 5, [float("nan"), 1.0, float("nan"), 5.0] * 5])
+    check(lambda a: (a.argmax(-1), a.argmin(-1), a.amax(-1)), x)
+
+
+def test_welford_variance_of_large_offset_values_is_accurate():
+    x = torch.randn(8, 1000, dtype=torch.float32) + 1000.0
+    check(lambda a: torch.var_mean(a, -1), x, rtol=1e-3, atol=1e-3)
+
+
+def test_views_of_computed_values_compose_index_functions():
+    check(
+        lambda a: (a + 1).view(4, 6, 5).permute(2, 0, 1).reshape(30, 4)[::2, 1:] * 3,
+        torch.randn(24, 5),
+    )
+
+
+def test_as_strided_of_an_input_is_a_view():
+    compiled = check(lambda a: torch.as_strided(a, (3, 3), (1, 3), 2), torch.randn(20))
+    assert kernel_count(compiled) == 0
+
+
+def test_embedding_gathers_rows():
+    check(lambda w, i: F.embedding(i, w) * 2, torch.randn(10, 4), torch.tensor([[1, 9], [0, 0]]))
+
+
+def test_negative_indices_wrap_around():
+    check(lambda x, i: x[i], torch.randn(6, 3), torch.tensor([-1, 0, -6]))
+
+
+def test_index_put_accumulates_duplicates():
+    check(
+        lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
+        torch.zeros(5, 2),
+        torch.tensor([1, 1, 4, 1]),
+        torch.ones(4, 2),
+    )
+
+
+def test_scatter_add_accumulates():
+    check(
+        lambda x, i, s: x.scatter_add(0, i, s),
+        torch.zeros(3, 4),
+        torch.tensor([[0, 1, 2, 0], [0, 0, 0, 0]]),
+        torch.randn(2, 4),
+    )
+
+
+def test_cat_and_pad_use_masked_loads_in_one_kernel():
+    compiled = check(
+        lambda a, b: F.pad(torch.cat([a, b * 2], 1), (1, 2, 0, 1), value=-1.0),
+        torch.randn(4, 3),
+        torch.randn(4, 5),
+    )
+    assert kernel_count(compiled) == 1
+
+
+def test_full_and_arange_are_computed_in_kernels():
+    check(
+        lambda x: x + torch.arange(0, 10, 2, dtype=torch.float32) + torch.full((5,), 3.0),
+        torch.randn(5),
+    )
+
+
+def test_random_values_are_seeded_by_torch_manual_seed():
+    compiled = compile_fn(lambda x: torch.rand_like(x) + torch.randn_like(x) * 0, torch.empty(1000))
+    torch.manual_seed(3)
+    first = compiled(torch.empty(1000))[0]
+    second = compiled(torch.empty(1000))[0]
+    torch.manual_seed(3)
+    again = compiled(torch.empty(1000))[0]
+    torch.testing.assert_close(first, again)
+    assert not torch.equal(first, second)
+    assert first.min() >= 0 and first.max() < 1 and abs(first.mean() - 0.5) < 0.05
+
+
+def test_randn_has_unit_variance():
+    compiled = compile_fn(lambda x: torch.randn_like(x), torch.empty(20000))
+    out = compiled(torch.empty(20000))[0]
+    assert abs(out.mean()) < 0.05 and abs(out.std() - 1) < 0.05
+
+
+def test_dropout_mask_and_output_agree():
+    x = torch.randn(64, 64) + 3
+    compiled = compile_fn(lambda a: torch.ops.aten.native_dropout(a, 0.25, True), x)
+    out, mask = compiled(x)
+    torch.testing.assert_close(out, torch.where(mask, x / 0.75, torch.zeros_like(x)))
+    assert 0.65 < mask.float().mean() < 0.85
+
+
+def test_fallback_random_matches_eager_exactly():
+    x = torch.randn(32, 32)
+    fn = lambda a: torch.ops.aten.native_dropout(a, 0.5, True)  # noqa: E731
+    compiled = compile_fn(fn, x, fallback_random=True)
+    torch.manual_seed(7)
+    expected = fn(x)
+    torch.manual_seed(7)
+    actual = compiled(x)
+    torch.testing.assert_close(list(actual), list(expected))
+    assert "fallback_random=True" in compiled.generated.output_code()
+
+
+def test_op_without_lowering_runs_as_aten_call():
+    compiled = check(lambda x: torch.cumsum(x.exp(), 0) * 2, torch.randn(7, 3))
+    assert compiled.fallbacks == {"aten.cumsum.default": "no lowering"}

@@ -1,0 +1,102 @@
+"""End to end: aten graph -> IR -> fused C++ -> ctypes -> same result as eager."""
+
+import torch
+import torch.nn.functional as F
+from inductor_testing import check, compile_fn, kernel_count
+
+
+def chain(x, w, b, lw, lb):
+    return torch.softmax(F.layer_norm(F.gelu(x * w + b), (x.shape[-1],), lw, lb), -1)
+
+
+def chain_inputs(rows=64, cols=256):
+    return [torch.randn(rows, cols), *(torch.randn(cols) for _ in range(4))]
+
+
+def test_gelu_layer_norm_softmax_chain_matches_eager():
+    check(chain, *chain_inputs())
+
+
+def test_gelu_layer_norm_softmax_chain_is_at_most_two_kernels():
+    compiled = compile_fn(chain, *chain_inputs())
+    assert kernel_count(compiled) <= 2
+    assert "#pragma omp parallel for" in compiled.generated.cpp_source
+
+
+def test_pointwise_chain_is_one_kernel():
+    compiled = check(
+        lambda x, y: torch.relu(x * y + 1).sigmoid() - y, torch.randn(128, 300), torch.randn(300)
+    )
+    assert kernel_count(compiled) == 1
+
+
+def test_reduction_fuses_with_its_pointwise_producer_and_consumer():
+    compiled = check(lambda x: x / (x * 2).exp().sum(-1, keepdim=True), torch.randn(64, 100))
+    assert kernel_count(compiled) == 1
+
+
+def test_transposed_read_of_reduction_input_stays_correct():
+    check(lambda x: (x + 1).sum(0) + (x + 1).t().sum(0), torch.randn(37, 37))
+
+
+def test_independent_kernels_over_one_space_fuse_horizontally():
+    compiled = check(lambda x, y: (x.exp(), y.sin()), torch.randn(50, 60), torch.randn(50, 60))
+    assert kernel_count(compiled) == 1
+
+
+def test_matmul_runs_as_extern_with_fused_epilogue():
+    compiled = check(
+        lambda x, w, b: torch.relu(x @ w + b) * 2,
+        torch.randn(32, 16),
+        torch.randn(16, 8),
+        torch.randn(8),
+    )
+    assert "aten_mm_default(" in compiled.generated.wrapper_source
+    assert kernel_count(compiled) == 1
+
+
+def test_dead_buffers_are_reused():
+    def fn(x, w):
+        a = torch.relu(x @ w)
+        b = torch.relu(a @ w)
+        c = torch.relu(b @ w)
+        return c @ w
+
+    compiled = check(fn, torch.randn(16, 16), torch.randn(16, 16), rtol=1e-4, atol=1e-4)
+    assert "# reuses" in compiled.generated.wrapper_source
+
+
+def test_outputs_keep_eager_strides():
+    x = torch.randn(8, 6)
+    compiled = compile_fn(lambda a: (a + 1).t().contiguous().t() * 1, x)
+    (out,) = compiled(x)
+    torch.testing.assert_close(out, (x + 1))
+
+
+def test_view_of_input_is_returned_without_a_kernel():
+    compiled = check(lambda x: x.t()[1:], torch.randn(5, 7))
+    assert kernel_count(compiled) == 0
+
+
+def test_input_with_other_strides_than_compiled_for_is_handled():
+    x = torch.randn(6, 9)
+    compiled = compile_fn(lambda a: a * 2, x)
+    other = torch.randn(9, 6).t()
+    torch.testing.assert_close(compiled(other)[0], other * 2)
+
+
+def test_reduction_over_leading_dim_vectorizes_across_outputs():
+    compiled = check(
+        lambda x: (x.sum(0), torch.var_mean(x, 0), x.argmax(0)),
+        torch.randn(40, 300),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    assert "ob += " in compiled.generated.cpp_source
+
+
+def test_full_reduction_of_a_large_tensor_runs_in_parallel_chunks():
+    compiled = check(
+        lambda x: (x.sum(), x.amax(), (x > 3).any()), torch.randn(300, 1001), rtol=1e-4, atol=1e-3
+    )
+    assert "#pragma omp parallel for" in compiled.generated.cpp_source

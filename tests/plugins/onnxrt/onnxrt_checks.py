@@ -1,0 +1,124 @@
+"""Helpers for the onnxrt tests: random inputs, flat-input graphs, eager comparisons."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_leaves
+
+from torchkiln.registry import lookup_backend
+from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
+
+Factory = Callable[[], torch.Tensor]
+
+
+def f32(*shape: int) -> Factory:
+    return lambda: torch.randn(*shape)
+
+
+def f16(*shape: int) -> Factory:
+    return lambda: torch.randn(*shape).half()
+
+
+def i64(*shape: int, low: int = -5, high: int = 10) -> Factory:
+    return lambda: torch.randint(low, high, shape)
+
+
+def boolean(*shape: int) -> Factory:
+    return lambda: torch.rand(*shape) > 0.5
+
+
+def transposed(*shape: int) -> Factory:
+    """A non-contiguous float tensor: the transpose of a contiguous one."""
+    return lambda: torch.randn(*reversed(shape)).transpose(0, -1)
+
+
+def positive(*shape: int) -> Factory:
+    return lambda: torch.rand(*shape) + 0.5
+
+
+@dataclass(frozen=True)
+class Case:
+    """One function to compare with eager, and how to make fresh inputs for it."""
+
+    name: str
+    fn: Callable
+    inputs: Sequence[Factory]
+
+    def make(self) -> list[torch.Tensor]:
+        return [make() for make in self.inputs]
+
+
+def assert_matches(actual, expected) -> None:
+    actual, expected = tree_leaves(actual), tree_leaves(expected)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e)
+
+
+def aten_compiled(fn: Callable, example: list[torch.Tensor]) -> Callable:
+    """``fn`` traced by make_fx with the backend's decompositions, compiled by onnxrt."""
+    gm = make_fx(fn, decomposition_table=decompositions())(*example)
+    return compile_aten_graph(gm, example)
+
+
+def opaque_graph(fn: Callable, example: list[torch.Tensor]) -> fx.GraphModule:
+    """A torch-level graph that calls ``fn`` as one node and returns its flattened outputs.
+
+    The AOT layer traces through ``fn`` itself, so ``fn`` may use anything
+    make_fx can trace (Python control flow on shapes, iteration, constants).
+    """
+
+    def flat_call(*args: torch.Tensor) -> tuple:
+        return tuple(tree_leaves(fn(*args)))
+
+    count = len(flat_call(*example))
+    graph = fx.Graph()
+    args = [graph.placeholder(f"arg{i}") for i in range(len(example))]
+    call = graph.call_function(flat_call, tuple(args))
+    graph.output(tuple(graph.call_function(operator.getitem, (call, i)) for i in range(count)))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def backend_compiled(fn: Callable, example: list[torch.Tensor], **options) -> Callable:
+    """``fn`` compiled by the registered onnxrt backend (AOT layer, forward and backward)."""
+    compiled = lookup_backend("onnxrt").compile_fn(opaque_graph(fn, example), example, **options)
+    return compiled
+
+
+def floats_requiring_grad(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
+
+
+class _InlineTracer(fx.Tracer):
+    """Traces through every submodule, so parameters and buffers appear as ``get_attr``."""
+
+    proxy_buffer_attributes = True
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        return False
+
+
+def flat_graph(module: torch.nn.Module) -> tuple[fx.GraphModule, list[torch.Tensor]]:
+    """``module`` as a graph whose leading placeholders are its parameters and buffers.
+
+    That is the shape of graph the capture core hands to backends.
+    """
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.modules.batchnorm._BatchNorm):
+            sub._check_input_dim = lambda x: None  # a data-dependent check symbolic_trace can't run
+    graph = _InlineTracer().trace(module)
+    state = dict(module.named_parameters()) | dict(module.named_buffers())
+    first = next(n for n in graph.nodes if n.op == "placeholder")
+    with graph.inserting_before(first):
+        placeholders = {name: graph.placeholder("p_" + name.replace(".", "_")) for name in state}
+    for node in list(graph.nodes):
+        if node.op == "get_attr" and node.target in placeholders:
+            node.replace_all_uses_with(placeholders[node.target])
+            graph.erase_node(node)
+    return fx.GraphModule(module, graph), list(state.values())

@@ -1,0 +1,97 @@
+"""``torchkiln.compile(..., backend="onnxrt")`` end to end: capture, AOT, ONNX, onnxruntime."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchkiln
+from torchkiln import config
+from torchkiln.exc import BackendCompilerFailed
+
+
+def _capture_works() -> bool:
+    try:
+        torchkiln.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
+    except Exception:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not _capture_works(), reason="torchkiln.compile's capture does not run yet"
+)
+
+
+def cnn() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.BatchNorm2d(6),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(6 * 4 * 4, 5),
+    )
+
+
+def test_compiled_module_trains_like_eager():
+    model = cnn()
+    reference = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend="onnxrt")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(3):
+        x, target = torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+        loss = F.cross_entropy(compiled(x), target)
+        reference_loss = F.cross_entropy(reference(x), target)
+        torch.testing.assert_close(loss, reference_loss)
+        loss.backward()
+        reference_loss.backward()
+        for p, ref in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, ref.grad)
+        optimizer.step()
+        reference_optimizer.step()
+        optimizer.zero_grad()
+        reference_optimizer.zero_grad()
+    torch.testing.assert_close(model[1].running_mean, reference[1].running_mean)
+
+
+def test_compiled_function_matches_eager_under_no_grad():
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(1)
+
+    compiled = torchkiln.compile(attention, backend="onnxrt")
+    with torch.no_grad():
+        for _ in range(2):
+            q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
+            torch.testing.assert_close(compiled(q, k, v), attention(q, k, v))
+
+
+def test_options_reach_the_backend(tmp_path):
+    compiled = torchkiln.compile(
+        lambda x: x.sin() + 1, backend="onnxrt", options={"dump_onnx_dir": str(tmp_path)}
+    )
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x.sin() + 1)
+    assert list(tmp_path.glob("*.onnx"))
+
+
+def cholesky(x):
+    return torch.linalg.cholesky(x)
+
+
+def test_unconvertible_graph_fails_naming_the_op():
+    compiled = torchkiln.compile(cholesky, backend="onnxrt")
+    with pytest.raises(BackendCompilerFailed, match="linalg_cholesky"):
+        compiled(torch.eye(3) * 2)
+
+
+def test_unconvertible_graph_runs_eagerly_with_suppress_errors(monkeypatch):
+    monkeypatch.setattr(config, "suppress_errors", True)
+    compiled = torchkiln.compile(cholesky, backend="onnxrt")
+    spd = torch.eye(3) * 4
+    torch.testing.assert_close(compiled(spd), torch.linalg.cholesky(spd))
