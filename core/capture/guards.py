@@ -157,18 +157,20 @@ class GuardSet:
         exprs = []
         for guard in self.ordered():
             expr = _replace_sources(guard.expr, names)
+            new = []
             for source in sorted(self._sources, key=len):
                 if source in names or not ("." in source or "[" in source):
                     continue
                 rewritten = _replace_sources(source, names)
                 pattern = re.escape(rewritten) + r"(?!\w)"
-                if re.search(pattern, expr):
-                    name = f"___h{len(names)}"
-                    expr = re.sub(
-                        pattern, lambda _, n=name, r=rewritten: f"({n} := {r})", expr, count=1
-                    )
-                    expr = re.sub(pattern, name, expr)
-                    names[source] = name
+                if not re.search(pattern, expr):
+                    continue
+                name = names[source] = f"___h{len(names)}"
+                expr = re.sub(pattern, name, expr)
+                new.append((name, rewritten))
+            for name, rewritten in reversed(new):  # a parent's first read is inside its child's
+                walrus = f"({name} := {rewritten})"
+                expr = re.sub(re.escape(name) + r"(?!\w)", lambda _, w=walrus: w, expr, count=1)
             exprs.append(expr)
         return exprs
 

@@ -73,8 +73,10 @@ class CompiledGraph:
         self.generated = generated
 
     def __call__(self, *args: Any) -> Any:
-        with torch.no_grad():
-            return self._call(args)
+        if torch.is_grad_enabled():  # extern aten calls need not record autograd graphs
+            with torch.no_grad():
+                return self._call(args)
+        return self._call(args)
 
     @property
     def num_kernels(self) -> int:

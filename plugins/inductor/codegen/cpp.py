@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..indexing import Expr, Indirect, contiguous_strides, linear_index
+from ..indexing import Expr, Indirect, Var, contiguous_strides, linear_index, unflatten
 from ..ir import GraphIR, Reduction, Scatter, compute_dtype
 from ..scheduler import FusedKernel, Schedule, SchedulerNode, kernel_vars
 from ..virtualized import set_ops_handler
@@ -549,12 +549,14 @@ class CppKernel:
         for name, inner in self.plan.local.items():
             t = ctype(self.graph.buffer(name).dtype)
             body.append(f"alignas(64) {t} local_{name}[{math.prod(inner)}];")
+        pointwise_only = len(self.plan.segments) == 1 and not self.plan.segments[0].inner
         if self._column_mode():
             loops = self._column_kernel(outer, outer_vars)
         else:
+            if pointwise_only:
+                outer, outer_vars = self._merged_loops(outer)
             for seg in self.plan.segments:
                 body += self._segment(seg, outer_vars)
-            pointwise_only = len(self.plan.segments) == 1 and not self.plan.segments[0].inner
             loops = self._outer_loops(outer, body, pointwise_only)
         params = []
         ordered = sorted(self.params.items(), key=lambda kv: (kv[1][1], kv[0]))
@@ -565,6 +567,46 @@ class CppKernel:
         sig = f'extern "C" void KERNEL_NAME({", ".join(params)})'
         text = "\n".join([sig + " {", *("    " + line for line in loops), "}"])
         return text, [(name, written) for name, (_, written) in ordered]
+
+    def _merged_loops(self, outer: tuple[int, ...]) -> tuple[tuple[int, ...], list[Expr]]:
+        """Merge adjacent loops wherever every index stays affine (no div/mod) after merging.
+
+        A [8, 16, 32, 32] elementwise kernel that reads per-channel values runs as
+        [8, 16, 1024]: long inner loops vectorize; the indices are unchanged.
+        """
+        groups = [[s] for s in outer]
+        i = len(groups) - 2
+        while i >= 0:
+            trial = [*groups[:i], groups[i] + groups[i + 1], *groups[i + 2 :]]
+            if self._affine_under(trial):
+                groups = trial
+            i -= 1
+        sizes = tuple(math.prod(g) for g in groups)
+        return sizes, self._expanded_vars(groups)
+
+    @staticmethod
+    def _expanded_vars(groups: list[list[int]]) -> list[Expr]:
+        """Loop variable ``o<k>`` per group, split back into one index per original loop."""
+        out: list[Expr] = []
+        for k, group in enumerate(groups):
+            merged = Expr.of(Var(f"o{k}", math.prod(group)))
+            out += unflatten(merged, group) if len(group) > 1 else [merged]
+        return out
+
+    def _affine_under(self, groups: list[list[int]]) -> bool:
+        from ..scheduler import _ReadCollector
+
+        expanded = self._expanded_vars(groups)
+        sizes = [math.prod(g) for g in groups]
+        names = {f"o{k}" for k in range(len(sizes))}
+        for node in self.plan.kernel.nodes:
+            collector = _ReadCollector()
+            with set_ops_handler(collector):
+                _, store, _ = node.run(expanded, [])
+            for index in [store, *(idx for _, idx in collector.reads)]:
+                if _has_divmod(index, names):
+                    return False
+        return True
 
     # -- column reductions: lanes run along the last outer dimension ---------------------
     def _column_mode(self) -> bool:
@@ -899,6 +941,15 @@ class CppKernel:
         for d in reversed(range(depth - 1)):
             lines.append(f"{'    ' * d}}}")
         return ["{", *("    " + line for line in lines), "}"]
+
+
+def _has_divmod(expr: Expr, names: set[str]) -> bool:
+    from ..indexing import FloorDiv, Mod
+
+    for atom, _ in expr.terms:
+        if isinstance(atom, (FloorDiv, Mod)) and any(v.name in names for v in atom.arg.free_vars()):
+            return True
+    return False
 
 
 @dataclass

@@ -143,6 +143,9 @@ class WrapperCodegen:
                 f"seeds = torch.randint(-2**62, 2**62, ({g.num_seeds},), dtype=torch.int64)"
             )
         last = self._last_reads()
+        self._kernel_reads = set().union(
+            *(self._reads_of(s) for s in self.schedule.steps if isinstance(s, FusedKernel))
+        )
         pool: dict[tuple, list[str]] = {}
         owned: set[str] = set()
         bound: set[str] = set()
@@ -215,13 +218,20 @@ class WrapperCodegen:
         call = f"{fn}({', '.join(args)})"
         comment = f"  # {ext.reason}" if ext.reason != "extern kernel" else ""
         if ext.layout is not None:
-            lines = [f"{ext.name} = {call}{comment}"]
+            lines = [f"{ext.name} = {call}{comment}", *self._checked_layout(ext)]
         elif ext.outputs:
             lines = [f"{ext.name} = {call}{comment}"]
-            lines += [f"{o.name} = {ext.name}[{o.index}]" for o in ext.outputs]
+            for o in ext.outputs:
+                lines += [f"{o.name} = {ext.name}[{o.index}]", *self._checked_layout(o)]
         else:
             lines = [f"{call}{comment}"]
         return lines
+
+    def _checked_layout(self, buf: Buffer) -> list[str]:
+        """Kernels index an extern result with the strides tracing predicted: make sure of them."""
+        if buf.layout.storage_numel() <= 1 or buf.name not in self._kernel_reads:
+            return []
+        return [f"{buf.name} = _fix_layout({buf.name}, {buf.layout.stride})"]
 
     def _outputs(self) -> str:
         items = []

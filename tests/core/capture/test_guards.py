@@ -163,3 +163,26 @@ def test_nan_constant_argument_hits_the_cache(backend):
     compiled(torch.ones(1), float("nan"))
     compiled(torch.ones(1), float("nan"))
     assert backend.graph_count == 1
+
+
+def test_long_sources_are_read_once_per_guard_call(backend):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    compiled = torchkiln.compile(model, backend=backend)
+    compiled(torch.randn(1, 2))
+    (entry,) = [e for cache in _caches.values() for e in cache.all_entries()]
+    guard_text = entry.guard_source.split("def ___first_failure")[0]
+    assert guard_text.count("L_self._modules['0']") == 1
+    assert guard_text.count("_parameters['weight']") == 2  # one read per layer
+
+
+def test_hoisted_guards_pass_on_the_next_call_and_fail_on_a_new_parameter(backend):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    compiled = torchkiln.compile(model, backend=backend)
+    x = torch.randn(1, 2)
+    compiled(x)
+    compiled(x)
+    assert backend.graph_count == 1
+    model[0].weight = torch.nn.Parameter(torch.randn(2, 2, dtype=torch.float64))
+    model[0].bias = torch.nn.Parameter(torch.randn(2, dtype=torch.float64))
+    torch.testing.assert_close(compiled(x.double()), model(x.double()))
+    assert backend.graph_count == 2
