@@ -10,11 +10,15 @@ import contextlib
 import copy
 import inspect
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.fx as fx
 
 import torchkiln
 
@@ -220,3 +224,54 @@ def kiln_logs(spec: str) -> Iterator[None]:
         yield
     finally:
         logs.set_logs("")
+
+
+class _InlineTracer(fx.Tracer):
+    """Traces through every submodule, so parameters and buffers appear as ``get_attr`` nodes."""
+
+    proxy_buffer_attributes = True
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        return False
+
+
+def flat_graph(module: torch.nn.Module) -> tuple[fx.GraphModule, list[torch.Tensor]]:
+    """``module`` as a graph whose leading placeholders are its parameters and buffers.
+
+    Returns the graph and those tensors (the module's own objects, so an
+    optimizer on ``module.parameters()`` updates what the graph reads).
+    This is the shape of graph the capture core hands to backends.
+    """
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.modules.batchnorm._BatchNorm):
+            sub._check_input_dim = lambda x: None  # data-dependent check symbolic_trace can't run
+    graph = _InlineTracer().trace(module)
+    state = dict(module.named_parameters()) | dict(module.named_buffers())
+    first = next(n for n in graph.nodes if n.op == "placeholder")
+    with graph.inserting_before(first):
+        placeholders = {name: graph.placeholder("p_" + name.replace(".", "_")) for name in state}
+    for node in list(graph.nodes):
+        if node.op == "get_attr" and node.target in placeholders:
+            node.replace_all_uses_with(placeholders[node.target])
+            graph.erase_node(node)
+    return fx.GraphModule(module, graph), list(state.values())
+
+
+def pip_install_into(target: Path, source: Path | str) -> None:
+    """``pip install`` a wheel or a source folder into ``target`` only (no deps, no network)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )

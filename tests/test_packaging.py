@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kiln_testing import pip_install_into
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = {"torchkiln": ROOT / "core"} | {
     f"torchkiln_{p.name}": p for p in (ROOT / "plugins").iterdir() if p.is_dir()
@@ -58,21 +60,7 @@ def installed_wheel(tmp_path_factory) -> Path:
     )
     (wheel,) = (tmp / "dist").glob("torchkiln-*.whl")
     site = tmp / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--quiet",
-            "--target",
-            str(site),
-            str(wheel),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pip_install_into(site, wheel)
     return site
 
 

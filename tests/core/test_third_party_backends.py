@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kiln_testing import pip_install_into
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
@@ -21,22 +23,7 @@ def third_party_site(tmp_path_factory) -> Path:
     for name in ("thirdparty_backend", "dynamo_style_backend"):
         # Build from a private copy: parallel test workers must not share build folders.
         source = shutil.copytree(FIXTURES / name, tmp_path_factory.mktemp("src") / name)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--no-build-isolation",
-                "--quiet",
-                "--target",
-                str(site),
-                str(source),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        pip_install_into(site, source)
     return site
 
 

@@ -568,45 +568,51 @@ class CppKernel:
         text = "\n".join([sig + " {", *("    " + line for line in loops), "}"])
         return text, [(name, written) for name, (_, written) in ordered]
 
-    def _merged_loops(self, outer: tuple[int, ...]) -> tuple[tuple[int, ...], list[Expr]]:
+    def _merged_loops(
+        self, sizes: tuple[int, ...], prefix: str = "o", run=None
+    ) -> tuple[tuple[int, ...], list[Expr]]:
         """Merge adjacent loops wherever every index stays affine (no div/mod) after merging.
 
         A [8, 16, 32, 32] elementwise kernel that reads per-channel values runs as
-        [8, 16, 1024]: long inner loops vectorize; the indices are unchanged.
+        [8, 16, 1024]: long inner loops vectorize; the indices are unchanged. ``run``
+        maps candidate loop variables to the index expressions the nodes would use.
         """
-        groups = [[s] for s in outer]
+        if run is None:
+            nodes = self.plan.kernel.nodes
+
+            def run(expanded):
+                return self._indices(nodes, expanded, [])
+
+        groups = [[s] for s in sizes]
         i = len(groups) - 2
         while i >= 0:
             trial = [*groups[:i], groups[i] + groups[i + 1], *groups[i + 2 :]]
-            if self._affine_under(trial):
+            names = {f"{prefix}{k}" for k in range(len(trial))}
+            if not any(_has_divmod(e, names) for e in run(self._expanded_vars(trial, prefix))):
                 groups = trial
             i -= 1
-        sizes = tuple(math.prod(g) for g in groups)
-        return sizes, self._expanded_vars(groups)
+        return tuple(math.prod(g) for g in groups), self._expanded_vars(groups, prefix)
 
     @staticmethod
-    def _expanded_vars(groups: list[list[int]]) -> list[Expr]:
-        """Loop variable ``o<k>`` per group, split back into one index per original loop."""
+    def _expanded_vars(groups: list[list[int]], prefix: str) -> list[Expr]:
+        """Loop variable ``<prefix><k>`` per group, split back into one index per original loop."""
         out: list[Expr] = []
         for k, group in enumerate(groups):
-            merged = Expr.of(Var(f"o{k}", math.prod(group)))
+            merged = Expr.of(Var(f"{prefix}{k}", math.prod(group)))
             out += unflatten(merged, group) if len(group) > 1 else [merged]
         return out
 
-    def _affine_under(self, groups: list[list[int]]) -> bool:
+    @staticmethod
+    def _indices(nodes, outer_vars: list[Expr], inner_vars: list[Expr]) -> list[Expr]:
         from ..scheduler import _ReadCollector
 
-        expanded = self._expanded_vars(groups)
-        sizes = [math.prod(g) for g in groups]
-        names = {f"o{k}" for k in range(len(sizes))}
-        for node in self.plan.kernel.nodes:
+        out = []
+        for node in nodes:
             collector = _ReadCollector()
             with set_ops_handler(collector):
-                _, store, _ = node.run(expanded, [])
-            for index in [store, *(idx for _, idx in collector.reads)]:
-                if _has_divmod(index, names):
-                    return False
-        return True
+                _, store, _ = node.run(outer_vars, inner_vars)
+            out += [store, *(idx for _, idx in collector.reads)]
+        return out
 
     # -- column reductions: lanes run along the last outer dimension ---------------------
     def _column_mode(self) -> bool:
@@ -747,6 +753,11 @@ class CppKernel:
     def _segment_body(self, seg: Segment, outer_vars: list[Expr]):
         """Run the segment's nodes: (body lines, accumulator updates, reduction results)."""
         inner_vars = kernel_vars("i", seg.inner)
+        if len(seg.inner) > 1:
+            merged, inner_vars = self._merged_loops(
+                seg.inner, "i", lambda exp: self._indices(seg.nodes, outer_vars, exp)
+            )
+            seg.inner = merged
         self._inner_vars = inner_vars
         self._forward = {}
         scope = _Scope()

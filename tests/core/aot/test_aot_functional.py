@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
-from aot_testing import RecordingCompiler, flat_graph, ops
+from aot_testing import RecordingCompiler, ops
 
+from kiln_testing import flat_graph
 from torchkiln.aot import aot_autograd, default_decompositions
 
 aten = torch.ops.aten

@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 from aot_models import MLP, ConvBN, EmbeddingClassifier, TransformerBlock
-from aot_testing import flat_graph
 from torch import nn
 
+from kiln_testing import flat_graph
 from torchkiln.backends.aot import aot_eager, aot_eager_decomp_partition
 
 BACKENDS = [aot_eager, aot_eager_decomp_partition]

@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-from cudagraphs_checks import flat_graph, requires_cuda
+from cudagraphs_checks import requires_cuda
 
 import torchkiln
+from kiln_testing import flat_graph
 from torchkiln.api import resolve_backend
 from torchkiln.exc import BackendUnavailable
 from torchkiln.registry import lookup_backend

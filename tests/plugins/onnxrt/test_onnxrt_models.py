@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from onnxrt_checks import flat_graph
 
+from kiln_testing import flat_graph
 from torchkiln.registry import lookup_backend
 
 
