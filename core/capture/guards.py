@@ -25,6 +25,11 @@ import torch
 
 from torchkiln import config
 
+#: A name that may start a source (group 1), or a string literal to skip over.
+_ROOT_OR_STRING = re.compile(r"(?<![\w.])([A-Za-z_]\w*)|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+#: One step of a source: ``.attr`` or ``[key]`` with a literal key.
+_ACCESS = re.compile(r"\.[A-Za-z_]\w*|\[(?:'[^']*'|\"[^\"]*\"|-?\d+)\]")
+
 #: Cost classes: guards run in this order so that cheap checks fail first.
 COST_TYPE, COST_ID, COST_VALUE, COST_TENSOR, COST_GLOBAL_STATE = range(5)
 
@@ -151,28 +156,39 @@ class GuardSet:
 
         Later guards (and longer sources that start with a hoisted one) use
         the name; guards run in order and stop at the first failure, so a
-        name is always assigned before it is read.
+        name is always assigned before it is read. One left-to-right scan
+        per expression, so the cost grows with the guards' text, not with
+        guards x sources (a ResNet has thousands of both).
         """
         names: dict[str, str] = {}
-        exprs = []
-        for guard in self.ordered():
-            expr = _replace_sources(guard.expr, names)
-            new = []
-            for source in sorted(self._sources, key=len):
-                if source in names or not ("." in source or "[" in source):
-                    continue
-                rewritten = _replace_sources(source, names)
-                pattern = re.escape(rewritten) + r"(?!\w)"
-                if not re.search(pattern, expr):
-                    continue
-                name = names[source] = f"___h{len(names)}"
-                expr = re.sub(pattern, name, expr)
-                new.append((name, rewritten))
-            for name, rewritten in reversed(new):  # a parent's first read is inside its child's
-                walrus = f"({name} := {rewritten})"
-                expr = re.sub(re.escape(name) + r"(?!\w)", lambda _, w=walrus: w, expr, count=1)
-            exprs.append(expr)
-        return exprs
+        return [self._hoist(guard.expr, names) for guard in self.ordered()]
+
+    def _hoist(self, expr: str, names: dict[str, str]) -> str:
+        """``expr`` with every source reached through ``.attr`` / ``[key]`` named on first read."""
+        out, pos = [], 0
+        for token in _ROOT_OR_STRING.finditer(expr):
+            if token.start() < pos or token.group(1) is None:
+                continue  # inside a source already rewritten, or a string literal
+            root, end, prefix_ends = token.start(), token.end(), []
+            while access := _ACCESS.match(expr, end):
+                end = access.end()
+                if expr[root:end] in self._sources:
+                    prefix_ends.append(end)
+            if not prefix_ends:
+                continue
+            text, done = "", root
+            for stop in prefix_ends:  # parents first: ((___h0 := L_self.a).b)
+                source = expr[root:stop]
+                if source in names:
+                    text = names[source]
+                else:
+                    name = names[source] = f"___h{len(names)}"
+                    text = f"({name} := {text}{expr[done:stop]})"
+                done = stop
+            out += [expr[pos:root], text]
+            pos = prefix_ends[-1]
+        out.append(expr[pos:])
+        return "".join(out)
 
     def source(self, params: str) -> str:
         """The text of the guard and first-failure functions (``TORCHKILN_LOGS=guards``)."""
@@ -195,13 +211,6 @@ class GuardSet:
         self.ns["___descriptions"] = [g.description for g in self.ordered()]
         exec(compile(text, filename, "exec"), self.ns)
         return self.ns["___guard"], self.ns["___first_failure"], text
-
-
-def _replace_sources(expr: str, names: dict[str, str]) -> str:
-    """``expr`` with every hoisted source (longest first) replaced by its name."""
-    for source in sorted(names, key=len, reverse=True):
-        expr = re.sub(re.escape(source) + r"(?!\w)", names[source], expr)
-    return expr
 
 
 def _device_check(source: str, device: torch.device, guards: GuardSet) -> str:

@@ -186,3 +186,34 @@ def test_hoisted_guards_pass_on_the_next_call_and_fail_on_a_new_parameter(backen
     model[0].bias = torch.nn.Parameter(torch.randn(2, dtype=torch.float64))
     torch.testing.assert_close(compiled(x.double()), model(x.double()))
     assert backend.graph_count == 2
+
+
+def test_hoisting_leaves_string_constants_alone():
+    from torchkiln.capture.guards import GuardSet
+
+    guards = GuardSet({})
+    guards.constant("L_self.mode", "L_self.mode")
+    guards.constant("L_self.other", "x")
+    text = "\n".join(guards.hoisted_exprs())
+    assert "== 'L_self.mode'" in text  # the literal is not rewritten into a name
+    assert text.count("(___h0 := L_self.mode)") == 1
+    namespace = dict(guards.ns)
+    exec(guards.source("L_self"), namespace)
+
+    class Obj:
+        mode, other = "L_self.mode", "x"
+
+    assert namespace["___guard"](Obj())
+    Obj.other = "y"
+    assert not namespace["___guard"](Obj())
+
+
+def test_deep_module_guards_read_each_submodule_once(backend):
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(200)])
+    compiled = torchkiln.compile(model, backend=backend)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), model(x))
+    (entry,) = [e for cache in _caches.values() for e in cache.all_entries()]
+    guard_text = entry.guard_source.split("def ___first_failure")[0]
+    for i in (0, 117, 199):
+        assert guard_text.count(f"L_self._modules['{i}']") == 1
