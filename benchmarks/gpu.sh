@@ -8,7 +8,8 @@
 # (progress, one line per row), env.txt (GPU, versions) and pip.log.
 # Overrides: BENCH_MODELS, BENCH_BACKENDS, BENCH_CASES (comma lists, default
 # all), BENCH_BUDGET (seconds for the harness; default what is left of 480 s
-# after setup), BENCH_ROW_BUDGET (default 90 s), PYTHON (default python3).
+# after setup), BENCH_ROW_BUDGET (default 90 s), BENCH_ARGS (more harness flags,
+# e.g. --no-warm), PYTHON (default python3).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/benchmarks/out}"
@@ -28,7 +29,7 @@ timeout --kill-after=10 "$((budget + 40))" "$PY" -m benchmarks.run --device cuda
     --models "${BENCH_MODELS:-all}" --backends "${BENCH_BACKENDS:-all}" \
     --cases "${BENCH_CASES:-inference,training}" \
     --time-budget "$budget" --row-budget "${BENCH_ROW_BUDGET:-90}" \
-    --json "$OUT/bench-cuda.json" --markdown "$OUT/bench-cuda.md" \
+    --json "$OUT/bench-cuda.json" --markdown "$OUT/bench-cuda.md" ${BENCH_ARGS:-} \
     >"$OUT/bench-cuda.out" 2>"$OUT/bench-cuda.log"
 rc=$?
 

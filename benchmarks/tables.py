@@ -151,6 +151,10 @@ def render(meta: dict[str, Any], rows: list[Row], extra: dict[str, Any]) -> str:
         f"{meta['date_utc']}, wall {meta.get('wall_s', float('nan')):.0f} s, "
         f"load average {load[0]:.1f} -> {load[1]:.1f}, torch {meta['versions']['torch']}"
     ]
+    if meta.get("merged_runs"):
+        lines.append(
+            f"Merged from {len(meta['merged_runs'])} runs: {', '.join(meta['merged_runs'])}"
+        )
     if meta["models_unavailable"]:
         missing = "; ".join(f"{k}: {v}" for k, v in meta["models_unavailable"].items())
         lines.append(f"Models not available here: {missing}")

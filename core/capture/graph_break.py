@@ -142,7 +142,7 @@ def _break_entry(fn: types.FunctionType, trace: Any, cfg: Any, error: Unsupporte
         for n in code.co_cellvars
         if isinstance(tx.cells.get(n), V.CellVariable) and tx.cells[n].contents is not None
     )
-    local_values += [codegen.temp(codegen.reconstruct(tx.cells[n].contents)) for n in cell_names]
+    cell_values = [codegen.temp(codegen.reconstruct(tx.cells[n].contents)) for n in cell_names]
     codegen.side_effects()
     tail = codegen.grad_mode_statements()
     next_offset = tx.instructions[tx.ip + 1].offset if tx.ip + 1 < len(tx.instructions) else None
@@ -153,7 +153,7 @@ def _break_entry(fn: types.FunctionType, trace: Any, cfg: Any, error: Unsupporte
         resume = ResumeCall(layout, cfg, compiled)
         name = codegen.bind(resume, "resume")
         passed = [v for v, k in zip(values, stack_kinds) if k != NULL]
-        return f"return {name}(___fn, {', '.join([*passed, *local_values])})"
+        return f"return {name}(___fn, {', '.join([*local_values, *passed, *cell_values])})"
 
     step = _native_step(tx, inst, slots, codegen, CallThroughDispatch(cfg))
     if step is not None and next_offset is not None:

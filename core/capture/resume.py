@@ -1,8 +1,9 @@
 """Resume functions: the rest of a frame, from one instruction on, as a new code object.
 
-A resume function takes the live stack (``___stack0``...), the frame's
-bound locals (under their own names) and the contents of its cells
-(``___cell_<name>``) as positional arguments. Its code is a prologue that
+A resume function takes the frame's bound locals (under their own names,
+in the frame's order, so that a method's ``self`` stays first for
+zero-argument ``super()``), the live stack (``___stack0``...) and the
+contents of its cells (``___cell_<name>``) as positional arguments. Its code is a prologue that
 recreates the cells, pushes the stack back (``PUSH_NULL`` for NULL slots,
 ``GET_ITER`` after loading a list for an iterator that was live) and jumps
 to the instruction, followed by the original code unchanged, exception
@@ -50,8 +51,9 @@ def resume_code(
         return cached
     instrs = disassemble(code)
     target = next(i for i in instrs if offset in (i.offset, i.origin))
-    args = [stack_arg(i) for i, kind in enumerate(stack_kinds) if kind != NULL]
-    args += [*local_names, *(cell_arg(name) for name in cell_names)]
+    # Locals first: a live ``self`` stays the first argument, which zero-argument super() reads.
+    args = [*local_names, *(stack_arg(i) for i, kind in enumerate(stack_kinds) if kind != NULL)]
+    args += [cell_arg(name) for name in cell_names]
     prologue = [Instr("MAKE_CELL", argval=name) for name in code.co_cellvars]
     if code.co_freevars:
         prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))

@@ -45,6 +45,11 @@ def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.
     if fn is torch._C._set_grad_enabled:
         tx.output.set_grad_enabled(bool(args[0].as_python_constant()))
         return V.ConstantVariable(None)
+    if fn is torch.compiler.is_compiling:
+        # Captured code is being compiled: libraries take the path they take under torch.compile.
+        return V.ConstantVariable(True)
+    if fn is torch.compiler.is_exporting:
+        return V.ConstantVariable(False)
     if fn is torch.is_tensor:
         return V.ConstantVariable(isinstance(args[0], V.TensorVariable))
     module = getattr(fn, "__module__", "") or ""

@@ -594,6 +594,11 @@ class UserFunctionVariable(ValueVariable):
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.value, name))
+        if name == "__code__":  # read for its signature (co_varnames, co_argcount...)
+            code = self.value.__code__
+            if self.source:
+                tx.output.guards.identity(f"{self.source}.__code__", code)
+            return ConstantVariable(code)
         raise Unsupported(f"attribute {name!r} of function {self.value.__qualname__}")
 
 
@@ -854,6 +859,13 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr.__func__, ClassVariable(self.obj.python_type()))
                 if attr is object.__init__:
                     return BuiltinVariable(_object_init)
+                if hasattr(attr, "__get__"):  # a C method such as dict.get: bind it as super() does
+                    if not isinstance(self.obj, ValueVariable):
+                        raise Unsupported(
+                            f"super().{name} ({type(attr).__name__}) on a traced value"
+                        )
+                    obj = self.obj.value
+                    return tx.output.wrap(attr.__get__(obj, type(obj)), None)
                 return tx.output.wrap(attr, None)
         raise Unsupported(f"super() has no attribute {name!r}")
 

@@ -62,7 +62,7 @@ def test_resume_after_a_call_takes_the_result_and_the_locals():
     code = straight.__code__
     call = offset_of(code, "CALL")
     fn = make(code, straight, after(code, call), (resume.VALUE,), ("x", "y", "a"))
-    assert fn("from the eager call", 2, 3, 4) == (12, "from the eager call")
+    assert fn(2, 3, 4, "from the eager call") == (12, "from the eager call")
 
 
 def looping(xs):
@@ -78,7 +78,7 @@ def test_resume_inside_a_loop_continues_over_the_remaining_items():
     call = offset_of(code, "CALL")
     # stack at the call's end: the loop iterator (as a list of the rest), print's result
     fn = make(code, looping, after(code, call), (resume.ITER, resume.VALUE), ("xs", "total", "x"))
-    assert fn([5, 6], None, [1, 5, 6], 1, 1) == 12
+    assert fn([1, 5, 6], 1, 1, [5, 6], None) == 12
 
 
 def with_cell(x, scale):
@@ -91,7 +91,7 @@ def test_resume_recreates_cells_from_their_contents():
     code = with_cell.__code__
     call = offset_of(code, "CALL", nth=0)
     fn = make(code, with_cell, after(code, call), (resume.VALUE,), ("x", "scale"), ("k",))
-    assert fn("ignored", 3, 5, 10) == ([30, 30], 10)
+    assert fn(3, 5, "ignored", 10) == ([30, 30], 10)
 
 
 def make_closure(offset):
@@ -107,7 +107,7 @@ def test_resume_reads_free_variables_through_the_parent_closure():
     code = reads_free.__code__
     call = offset_of(code, "CALL")
     fn = make(code, reads_free, after(code, call), (resume.VALUE,), ("x",))
-    assert fn("value", 1) == "value!"
+    assert fn(1, "value") == "value!"
 
 
 def guarded(x, log):
@@ -124,7 +124,7 @@ def test_resume_inside_try_keeps_the_finally_handler():
     call = offset_of(code, "CALL")
     log = []
     fn = make(code, guarded, after(code, call), (resume.VALUE,), ("x", "log"))
-    assert fn(None, 1, log) == 2
+    assert fn(1, log, None) == 2
     assert log == ["finally"]
 
 

@@ -338,3 +338,71 @@ def test_decorator_usage_of_compile(backend):
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), helper_add_scale(x, x).cos())
     assert backend.graph_count == 1, f"expected 1 graph, got {backend.graph_count}"
+
+
+class ScaleRegistry(dict):
+    """A dict subclass whose method reaches a C method through super(), as transformers does."""
+
+    def get(self, key):
+        return super().get(str(key)) or 1.0
+
+
+SCALES = ScaleRegistry({"2": 3.0})
+
+
+def test_super_call_of_a_c_method_is_bound_to_the_object(backend):
+    def fn(x):
+        return x * SCALES.get(2) + SCALES.get(5)
+
+    check_compiled(fn, lambda: (torch.randn(3),), backend=backend, graphs=2, breaks=4)
+
+
+class CheckedRegistry(dict):
+    """Like transformers' AttentionInterface: a C-level ``in`` test, then ``super().get``."""
+
+    def lookup(self, key, default):
+        if key not in self:  # dict.__contains__ of a subclass: a graph break in this frame
+            raise KeyError(key)
+        return super().get(key, default)
+
+
+CHECKED = CheckedRegistry({"relu": torch.relu})
+
+
+def test_zero_argument_super_works_in_a_resume_function(backend):
+    def fn(x):
+        return CHECKED.lookup("relu", torch.tanh)(x) + 1
+
+    check_compiled(fn, lambda: (torch.randn(3),), backend=backend, graphs=1, breaks=3)
+
+
+def config_defaults(fn):
+    """A decorator that reads the wrapped function's signature, as transformers' do."""
+
+    @functools.wraps(fn)
+    def wrapper(x, *args):
+        scale = 2.0 if "scale" in fn.__code__.co_varnames else 1.0
+        return fn(x * scale, *args)
+
+    return wrapper
+
+
+@config_defaults
+def scaled_sin(x, scale=None):
+    return x.sin()
+
+
+def test_reading_a_functions_code_signature_stays_in_the_graph(backend):
+    check_compiled(scaled_sin, lambda: (torch.randn(3),), backend=backend, graphs=1)
+
+
+def test_torch_compiler_is_compiling_is_true_while_captured(backend):
+    def fn(x):
+        if torch.compiler.is_compiling():
+            return x + 1
+        return x - 1
+
+    compiled = torchkiln.compile(fn, backend=backend)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x + 1)
+    assert backend.graph_count == 1
