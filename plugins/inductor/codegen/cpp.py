@@ -141,14 +141,17 @@ class CppOpsHandler:
         self.scope = scope
 
     # -- plumbing -------------------------------------------------------------
-    def _emit(self, text: str, dtype: torch.dtype) -> CppValue:
+    def _emit(self, text: str, dtype: torch.dtype, lines: list[str] | None = None) -> CppValue:
+        """``text`` as a new temporary (or the one computed before); ``lines``: where, if not here."""
         dtype = compute_dtype(dtype)
         key = f"{COMPUTE_TYPES[dtype]}|{text}"
         hit = self.scope.lookup(key)
         if hit is not None:
             return hit
         name = self.kernel.new_tmp()
-        self.scope.lines.append(f"{COMPUTE_TYPES[dtype]} {name} = {text};")
+        (self.scope.lines if lines is None else lines).append(
+            f"{COMPUTE_TYPES[dtype]} {name} = {text};"
+        )
         value = CppValue(name, dtype)
         self.scope.cse[key] = value
         return value
@@ -170,6 +173,13 @@ class CppOpsHandler:
             raw = f"kiln_bf16_to_float({raw})"
         elif dtype == torch.float16:
             raw = f"kiln_f16_to_float({raw})"
+        hoisted = self.kernel.hoisted
+        if (
+            hoisted is not None
+            and self.scope.parent is None
+            and self.kernel.is_loop_invariant(name, index)
+        ):
+            return self._emit(raw, dtype, hoisted)
         return self._emit(raw, dtype)
 
     def constant(self, value: Any, dtype: torch.dtype) -> CppValue:
@@ -413,6 +423,8 @@ class KernelPlan:
 
 #: largest per-thread local array, in bytes (they live on the stack)
 MAX_LOCAL_BYTES = 64 * 1024
+#: Loop variables: o0, o1... over the outer (parallel) dimensions, i0, i1... over the inner ones.
+INNER_PREFIX = "i"
 
 
 def plan_kernel(kernel: FusedKernel, internal: set[str]) -> KernelPlan:
@@ -513,6 +525,10 @@ class CppKernel:
         self._forward: dict[tuple[str, Expr], CppValue] = {}
         self._locals: dict[tuple[str, Expr], CppValue] = {}
         self._inner_vars: list[Expr] = []
+        # while a segment is generated (not in column mode, whose lanes run over an outer
+        # variable): its loads that read one element on every inner iteration, emitted once
+        # before its loops (gcc leaves a loop that reloads one through a pointer scalar)
+        self.hoisted: list[str] | None = None
 
     def new_tmp(self, prefix: str = "tmp") -> str:
         self._tmp += 1
@@ -525,6 +541,18 @@ class CppKernel:
         elif written and not self.params[name][1]:
             self.params[name] = (self.params[name][0], True)
         return self.params[name][0]
+
+    def is_loop_invariant(self, name: str, index: Expr) -> bool:
+        """Whether loading ``name[index]`` may move before the inner loops: an index of outer
+        variables only, from a buffer this kernel does not write."""
+        if not self._inner_vars or any(not isinstance(a, Var) for a, _ in index.terms):
+            return False  # no inner loop, or an indirect / div / mod index
+        if any(v.name.startswith(INNER_PREFIX) for v in index.free_vars()):
+            return False
+        written = {n.name for n in self.plan.kernel.nodes} | {
+            n for n, (_, w) in self.params.items() if w
+        }
+        return name not in written
 
     def input_pointer(self, name: str) -> tuple[str, torch.dtype]:
         return self._param(name, False), self.graph.buffer(name).dtype
@@ -629,7 +657,7 @@ class CppKernel:
         if self.simdlen < 2 or not any(n.is_reduction for n in segs[0].nodes):
             return False
         last_outer = [v for v in kernel_vars("o", outer)][-1]
-        last_inner = [v for v in kernel_vars("i", segs[0].inner)][-1]
+        last_inner = [v for v in kernel_vars(INNER_PREFIX, segs[0].inner)][-1]
         contiguous_out = strided_in = False
         for node in segs[0].nodes:
             reads, _ = node.accesses(outer)
@@ -702,10 +730,11 @@ class CppKernel:
         # a pointwise-only kernel keeps its last dimension serial for gcc to vectorize
         vector_last = pointwise_only and len(outer) > 1
         parallel_dims = len(outer) - 1 if vector_last else len(outer)
+        scatter = any(n.is_scatter for n in self.plan.kernel.nodes)
         parallel = (
             self._work() >= self.parallel_threshold
             and math.prod(outer[:parallel_dims]) > 1
-            and not any(n.is_scatter for n in self.plan.kernel.nodes)
+            and not scatter
         )
         lines = []
         for d, size in enumerate(outer):
@@ -716,8 +745,11 @@ class CppKernel:
                     clauses.append(f"num_threads({self.threads})")
                 simd = " simd" if pointwise_only and len(outer) == 1 else ""
                 lines.append(" ".join([f"#pragma omp parallel for{simd}", *clauses]))
-            if pointwise_only and d == len(outer) - 1 and not (parallel and len(outer) == 1):
-                lines.append(f"{ind}#pragma GCC ivdep")
+            last = d == len(outer) - 1 and not (parallel and len(outer) == 1)
+            # A scatter may write one element twice (index_put accumulate with repeated
+            # indices): its loop stays serial. Other pointwise loops carry no dependency.
+            if pointwise_only and last and not scatter:
+                lines.append(f"{ind}#pragma omp simd")
             lines.append(f"{ind}for (int64_t o{d} = 0; o{d} < {size}; ++o{d}) {{")
         ind = "    " * len(outer)
         lines += [ind + b for b in body]
@@ -725,12 +757,17 @@ class CppKernel:
         return lines
 
     def _segment(self, seg: Segment, outer_vars: list[Expr]) -> list[str]:
-        body, updates, results = self._segment_body(seg, outer_vars)
         lines: list[str] = []
+        self.hoisted = lines
+        try:
+            body, updates, results = self._segment_body(seg, outer_vars)
+        finally:
+            self.hoisted = None
         lanes = self.simdlen if seg.inner and updates else 1
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
-        lines += self._loops(seg.inner, body, updates, lanes)
+        serial = any(n.is_scatter for n in seg.nodes)
+        lines += self._loops(seg.inner, body, updates, lanes, serial)
         for acc, _, _ in updates:
             lines += self._acc_finish(acc, lanes)
         return lines + self._results(results, "0")
@@ -752,10 +789,10 @@ class CppKernel:
 
     def _segment_body(self, seg: Segment, outer_vars: list[Expr]):
         """Run the segment's nodes: (body lines, accumulator updates, reduction results)."""
-        inner_vars = kernel_vars("i", seg.inner)
+        inner_vars = kernel_vars(INNER_PREFIX, seg.inner)
         if len(seg.inner) > 1:
             merged, inner_vars = self._merged_loops(
-                seg.inner, "i", lambda exp: self._indices(seg.nodes, outer_vars, exp)
+                seg.inner, INNER_PREFIX, lambda exp: self._indices(seg.nodes, outer_vars, exp)
             )
             seg.inner = merged
         self._inner_vars = inner_vars
@@ -909,7 +946,10 @@ class CppKernel:
             return f"{acc.names[1]}[{lane}]"
         return f"{acc.names[0]}[{lane}]"
 
-    def _loops(self, inner: tuple[int, ...], body: list[str], updates, lanes: int) -> list[str]:
+    def _loops(
+        self, inner: tuple[int, ...], body: list[str], updates, lanes: int, serial: bool
+    ) -> list[str]:
+        """The segment's inner loops; ``serial`` (a scatter) gets no vectorization pragma."""
         if not inner:
             return [
                 "{",
@@ -944,7 +984,8 @@ class CppKernel:
                 ]
                 lines.append(f"{ind}}}")
         else:
-            lines.append(f"{ind}#pragma GCC ivdep")
+            if not serial:  # scalar accumulators: only the memory accesses are independent
+                lines.append(f"{ind}#pragma {'GCC ivdep' if updates else 'omp simd'}")
             lines.append(f"{ind}for (int64_t i{last} = 0; i{last} < {size}; ++i{last}) {{")
             lines += [f"{ind}    {b}" for b in body]
             lines += [f"{ind}    {self._acc_update(a, v, f, '0')}" for a, v, f in updates]

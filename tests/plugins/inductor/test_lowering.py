@@ -77,6 +77,19 @@ def test_scatter_add_accumulates():
     )
 
 
+@pytest.mark.parametrize("n", [64, 4096])
+def test_long_scatters_with_repeated_indices_keep_every_update(n):
+    """Loops long enough for gcc to vectorize: a vectorized scatter would drop repeated updates."""
+    index = torch.randint(0, 8, (n,))
+    check(
+        lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True) * 2,
+        torch.zeros(8),
+        index,
+        torch.randn(n),
+    )
+    check(lambda x, i, s: x.scatter_add(0, i, s) + 1, torch.zeros(8), index, torch.randn(n))
+
+
 def test_cat_and_pad_use_masked_loads_in_one_kernel():
     compiled = check(
         lambda a, b: F.pad(torch.cat([a, b * 2], 1), (1, 2, 0, 1), value=-1.0),
