@@ -27,6 +27,7 @@ from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture import variables as V
 from torchkiln.capture.builder import is_stdlib
 from torchkiln.capture.builtins import fold
+from torchkiln.capture.guards import COST_VALUE
 from torchkiln.capture.output_graph import OutputGraph
 from torchkiln.exc import CaptureError, Unsupported
 
@@ -162,6 +163,8 @@ class Translator:
             if not hasattr(obj.python_type(), name):
                 raise Unsupported(f"{obj.python_type().__name__} has no attribute {name!r}")
             return V.BoundMethodVariable(obj, name)
+        if name == "__class__":  # the type is known (and guarded wherever the object came from)
+            return self.output.wrap(obj.python_type(), None)
         return obj.var_getattr(self, name)
 
     def store_attr(self, obj: V.VariableTracker, name: str, value: V.VariableTracker) -> None:
@@ -554,6 +557,16 @@ class Translator:
             found = item.as_python_constant() in container.value._modules
         elif isinstance(container, V.TensorVariable) or isinstance(item, V.TensorVariable):
             raise Unsupported("'in' with a tensor compares values (data-dependent)")
+        elif _is_native_container(container) and _is_literal_key(item):
+            # a user mapping with C-level __contains__ (a dict subclass, say): answered now,
+            # and the answer is guarded, so a later insertion or deletion recompiles
+            key = item.as_python_constant()
+            found = key in container.value
+            self.output.guards.add(
+                f"({key!r} in {container.source}) is {found}",
+                COST_VALUE,
+                f"{key!r} {'in' if found else 'not in'} {container.source}",
+            )
         else:
             items = self.unpack_iterable(container)
             value = item.as_python_constant()
@@ -915,3 +928,19 @@ def bind_arguments(
     if has_varkw:
         bound[names[index]] = V.DictVariable(rest)
     return bound
+
+
+def _is_native_container(vt: V.VariableTracker) -> bool:
+    """A real object read through a source whose ``in`` runs C code or the standard
+    ``collections.abc`` mixin (``Mapping.__contains__``), not code of the user's to inline."""
+    if not isinstance(vt, V.UserObjectVariable) or vt.value is None or vt.source is None:
+        return False
+    contains = getattr(type(vt.value), "__contains__", None)
+    if isinstance(contains, types.FunctionType):
+        return contains.__module__ in ("collections.abc", "_collections_abc")
+    return contains is not None
+
+
+def _is_literal_key(vt: V.VariableTracker) -> bool:
+    """A constant whose ``repr`` reads back as itself, so a guard can spell it."""
+    return vt.is_constant() and type(vt.as_python_constant()) in (str, int, bool, type(None))

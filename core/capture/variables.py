@@ -669,6 +669,9 @@ class PartialVariable(VariableTracker):
 class ClassVariable(ValueVariable):
     """A class: calling builds namedtuples, dataclasses and known torch objects."""
 
+    def as_python_constant(self) -> Any:
+        return self.value  # held by identity, so ``str(cls)`` and the like fold
+
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         from torchkiln.capture.builtins import construct_class
 

@@ -515,3 +515,41 @@ def test_aliased_call_after_a_distinct_call_is_correct_with_aot_eager(backend):
     assert_same(compiled(z, z), fn(ez, ez))
     assert_same(z, ez)
     assert_graph_count(backend, 2, "after a distinct and an aliased call")
+
+
+class Registry(dict):
+    """A dict subclass: ``in`` runs dict.__contains__, which capture answers and guards."""
+
+
+ACTIVATIONS = Registry(relu=torch.relu)
+
+
+def test_membership_in_a_registry_is_guarded_and_recompiles_when_it_changes(backend):
+    def fn(x):
+        if "gelu" in ACTIVATIONS:
+            return x * 2
+        return x - 1
+
+    compiled = torchkiln.compile(fn, backend=backend)
+    x = torch.randn(3)
+    assert_same(compiled(x), fn(x))
+    assert_same(compiled(x), fn(x))
+    assert_graph_count(backend, 1, "before the registry changed")
+    ACTIVATIONS["gelu"] = torch.nn.functional.gelu
+    try:
+        assert_same(compiled(x), x * 2)
+        assert_graph_count(backend, 2, "after 'gelu' was registered")
+    finally:
+        del ACTIVATIONS["gelu"]
+
+
+def test_class_of_a_module_is_known_at_capture_time(backend):
+    class Scaled(nn.Module):
+        def forward(self, x):
+            return x * len(str(self.__class__.__name__))
+
+    model = Scaled()
+    compiled = torchkiln.compile(model, backend=backend)
+    x = torch.randn(3)
+    assert_same(compiled(x), model(x))
+    assert_graph_count(backend, 1, "on the first call")
