@@ -9,6 +9,7 @@ recorded as failed and a new worker starts at the next one.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,16 @@ HANG_GRACE_S = 30.0
 POLL_S = 0.2
 
 OnResult = Callable[[int, dict[str, Any]], None]
+
+#: glibc keeps freed memory for reuse instead of handing it back to the OS at once. Without
+#: this, a step's large tensors are page-faulted in anew on every step and a median depends
+#: on allocation order more than on the code measured (on this CPU, eager's chain step swung
+#: between 10 and 33 ms from run to run). The environment can still override each value.
+STEADY_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 32),
+    "MALLOC_TOP_PAD_": str(1 << 28),
+}
 
 
 def failure(item: dict[str, Any], reason: str) -> dict[str, Any]:
@@ -51,7 +62,7 @@ def supervise(
         out = workdir / f"{label}-{attempt}.jsonl"
         plan.write_text(json.dumps({"config": config, "items": items, "todo": remaining}))
         cmd = [sys.executable, "-m", "benchmarks.worker", str(plan), str(out)]
-        proc = subprocess.Popen(cmd)
+        proc = subprocess.Popen(cmd, env={**STEADY_MALLOC, **os.environ})
         current, reason = _watch(
             proc, out, remaining, on_result, hang_after, config.get("deadline")
         )

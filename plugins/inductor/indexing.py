@@ -13,6 +13,7 @@ print them correctly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -125,6 +126,10 @@ class Expr:
         if isinstance(r.single_atom(), FloorDiv):
             inner = r.single_atom()
             return q + Expr.of(FloorDiv(inner.arg, inner.divisor * d))
+        factored = r._factor_small(d)
+        if factored is not None:  # r == g*big + small, 0 <= small < g, g | d
+            g, big, _ = factored
+            return q + big.floordiv(d // g)
         return q + Expr.of(FloorDiv(r, d))
 
     def mod(self, d: int) -> Expr:
@@ -136,7 +141,24 @@ class Expr:
         lo, hi = r.bounds()
         if lo >= 0 and hi < d:
             return r
+        factored = r._factor_small(d)
+        if factored is not None:
+            g, big, small = factored
+            return big.mod(d // g) * g + small
         return Expr.of(Mod(r, d))
+
+    def _factor_small(self, d: int) -> tuple[int, Expr, Expr] | None:
+        """``(g, big, small)`` with ``self == g*big + small``, ``g`` a divisor of ``d`` above 1
+        and ``0 <= small < g``: then ``self // d == big // (d/g)`` and
+        ``self % d == g*(big % (d/g)) + small``. Merged loops make such indices,
+        ``(128*o0 + o1) // 8192`` with ``o1 < 128``, which this turns into ``o0 // 64``."""
+        for g in sorted({math.gcd(c, d) for _, c in self.terms} - {1, d}, reverse=True):
+            big = Expr({a: c // g for a, c in self.terms if c % g == 0}, self.const // g)
+            small = Expr({a: c for a, c in self.terms if c % g}, self.const % g)
+            lo, hi = small.bounds()
+            if lo >= 0 and hi < g:
+                return g, big, small
+        return None
 
     def _split(self, d: int) -> tuple[Expr, Expr | None]:
         """``self == d*q + r`` with ``q`` exact; ``r`` holds what ``d`` does not divide."""

@@ -350,10 +350,15 @@ def _div_mode(g, meta, a, b, rounding_mode=None):
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(g, meta, a, b):
     if not isinstance(b, TensorValue) and meta.dtype.is_floating_point:
+        # the exponents ATen's pow computes by multiplication, computed the same way
         if b == 2:
             return pointwise(meta, lambda x: ops.mul(x, x), a)
+        if b == 3:
+            return pointwise(meta, lambda x: ops.mul(ops.mul(x, x), x), a)
         if b == 0.5:
             return pointwise(meta, ops.sqrt, a)
+        if b == -1:
+            return pointwise(meta, ops.reciprocal, a)
         if b == 1:
             return pointwise(meta, lambda x: x, a)
     if _is_int_like(meta.dtype) and not isinstance(b, TensorValue) and b < 0:

@@ -18,6 +18,7 @@ KILN_SIMD_DECL(float, atanf, float) KILN_SIMD_DECL(float, sinhf, float) KILN_SIM
 KILN_SIMD_DECL(float, asinhf, float) KILN_SIMD_DECL(float, acoshf, float) KILN_SIMD_DECL(float, atanhf, float)
 KILN_SIMD_DECL(double, exp, double) KILN_SIMD_DECL(double, log, double) KILN_SIMD_DECL(double, erf, double)
 KILN_SIMD_DECL(double, tanh, double) KILN_SIMD_DECL(double, sin, double) KILN_SIMD_DECL(double, cos, double)
+KILN_SIMD_DECL(float, powf, float, float) KILN_SIMD_DECL(double, pow, double, double)
 #undef KILN_SIMD_DECL
 }
 

@@ -25,6 +25,20 @@ def test_floordiv_drops_terms_below_the_divisor():
     assert (i * 8 + j).mod(8) == j
 
 
+def test_division_by_a_multiple_of_a_coefficient_factors_out_the_small_terms():
+    """Merged loops index ``(128*o0 + o1) // 8192`` with ``o1 < 128``: that is ``o0 // 64``."""
+    o0, o1 = v("o0", 256), v("o1", 128)
+    flat = o0 * 128 + o1
+    assert flat.floordiv(8192) == o0.floordiv(64)
+    assert flat.mod(8192) == o0.mod(64) * 128 + o1
+    assert flat.floordiv(8192) * 8192 + flat.mod(8192) == flat
+
+
+def test_factoring_needs_the_small_terms_below_the_factor():
+    o0, o1 = v("o0", 256), v("o1", 129)
+    assert "o1" in str((o0 * 128 + o1).floordiv(8192))
+
+
 def test_floordiv_keeps_what_it_cannot_prove():
     j = v("j", 10)
     assert str(j.floordiv(4)) == "((j) / 4)"

@@ -90,6 +90,20 @@ def test_long_scatters_with_repeated_indices_keep_every_update(n):
     check(lambda x, i, s: x.scatter_add(0, i, s) + 1, torch.zeros(8), index, torch.randn(n))
 
 
+@pytest.mark.parametrize("exponent", [2, 3, -1, 0.5, 1.7])
+def test_pow_by_a_constant_matches_eager(exponent):
+    check(lambda x: torch.pow(x, exponent) * 2, torch.rand(4096) + 0.1)
+
+
+def test_gelu_tanh_cube_is_multiplied_out_so_the_loop_vectorizes():
+    """GPT-2's gelu: ``x ** 3`` as x*x*x, not a pow() call that kept the loop scalar."""
+    compiled = check(
+        lambda x: 0.5 * x * (1 + torch.tanh(0.79788456 * (x + 0.044715 * torch.pow(x, 3.0)))),
+        torch.randn(64, 512),
+    )
+    assert "std::pow" not in compiled.generated.cpp_source
+
+
 def test_cat_and_pad_use_masked_loads_in_one_kernel():
     compiled = check(
         lambda a, b: F.pad(torch.cat([a, b * 2], 1), (1, 2, 0, 1), value=-1.0),
