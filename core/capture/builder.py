@@ -102,7 +102,7 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
             },
             source,
         )
-    decorated = _grad_mode_decorated(value)
+    decorated = grad_mode_decorated(value)
     if decorated is not None:
         mode, func = decorated
         if source:
@@ -170,7 +170,7 @@ def _build_object(value: Any, source: str | None) -> V.VariableTracker:
     return V.OpaqueVariable(value, source)
 
 
-def _grad_mode_decorated(value: Any) -> tuple[bool, Any] | None:
+def grad_mode_decorated(value: Any) -> tuple[bool, Any] | None:
     """``(mode, func)`` for a function wrapped by ``@torch.no_grad()`` / ``@torch.enable_grad()``."""
     code = getattr(value, "__code__", None)
     if code is None or code.co_name != "decorate_context" or "_contextlib" not in code.co_filename:

@@ -24,7 +24,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from torchkiln import config, logs
+from torchkiln.capture.builder import grad_mode_decorated
 from torchkiln.capture.capture import CacheEntry, capture_frame
 from torchkiln.capture.signature import call_original_source, dispatch_source
 from torchkiln.exc import NotImplementedYet, RecompileLimitExceeded
@@ -270,9 +273,27 @@ def optimize(
         raise TypeError(
             f"torchkiln can only compile Python functions, methods and callables, not {fn!r}"
         )
+    decorated = grad_mode_decorated(target)
+    if decorated is not None:  # @torch.no_grad() and friends: the mode is set, then inner runs
+        mode, inner = decorated
+        if bound_self is not None:
+            inner = types.MethodType(inner, bound_self)
+        compiled = optimize(inner, compile_graph=compile_graph, fullgraph=fullgraph)
+
+        @functools.wraps(fn)
+        def under_grad_mode(*args: Any, **kwargs: Any) -> Any:
+            with torch.set_grad_enabled(mode):
+                return compiled(*args, **kwargs)
+
+        under_grad_mode._torchkiln_original = fn  # type: ignore[attr-defined]
+        return under_grad_mode
     if inspect.iscoroutinefunction(target) or inspect.isgeneratorfunction(target):
         raise NotImplementedYet(f"compiling generator or coroutine function {target.__qualname__}")
-    wrapper = dispatcher(target, cfg, bound_self, bound=bound_self is not None)
+    if bound_self is not None and target.__code__.co_argcount == 0:
+        # self goes into *args: a method wrapped by a decorator such as @torch.no_grad()
+        wrapper = functools.partial(dispatcher(target, cfg), bound_self)
+    else:
+        wrapper = dispatcher(target, cfg, bound_self, bound=bound_self is not None)
     if hasattr(fn, "__name__"):
         wrapper = functools.wraps(fn)(wrapper)
     wrapper._torchkiln_original = fn  # type: ignore[attr-defined]

@@ -163,7 +163,8 @@ class Translator:
             if not hasattr(obj.python_type(), name):
                 raise Unsupported(f"{obj.python_type().__name__} has no attribute {name!r}")
             return V.BoundMethodVariable(obj, name)
-        if name == "__class__":  # the type is known (and guarded wherever the object came from)
+        if name == "__class__" and isinstance(obj, (V.ValueVariable, V.ConstantVariable)):
+            # a real object's exact type (guarded wherever the object came from)
             return self.output.wrap(obj.python_type(), None)
         return obj.var_getattr(self, name)
 

@@ -153,3 +153,21 @@ def test_backward_through_a_no_grad_mask(backend):
         return (x * mask).pow(2).sum()
 
     check_compiled(fn, lambda: (leaf(6),), backend=backend, graphs=1, grads=True)
+
+
+class Rotary(torch.nn.Module):
+    """As in transformers' Llama: a forward decorated with ``@torch.no_grad()``."""
+
+    @torch.no_grad()
+    def forward(self, x):
+        return x.cos() * 2
+
+
+def test_module_forward_decorated_with_no_grad_is_captured(backend):
+    model = Rotary()
+    x = torch.randn(4, requires_grad=True)
+    compiled = torchkiln.compile(model, backend=backend)
+    out = compiled(x)
+    torch.testing.assert_close(out, model(x))
+    assert not out.requires_grad
+    assert torchkiln.counters["eager_fallback"] == {}

@@ -7,6 +7,7 @@ compiled for all calls.
 """
 
 import copy
+import functools
 
 import torch
 from torch import nn
@@ -299,3 +300,31 @@ def test_module_training_flag_read_in_forward(backend):
             return x * 2 if self.training else x * 3
 
     check_module(Flagged().eval(), lambda: (torch.randn(3),), backend=backend)
+
+
+def logged(fn):
+    """A decorator whose wrapper takes ``*args``: a bound ``self`` lands in ``args``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class LoggedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(3))
+
+    @logged
+    def forward(self, x):
+        return x * self.scale
+
+
+def test_module_forward_behind_a_star_args_decorator_is_compiled(backend):
+    model = LoggedForward()
+    compiled = torchkiln.compile(model, backend=backend)
+    x = torch.randn(2, 3)
+    assert_same(compiled(x), model(x))
+    assert backend.graph_count == 1
