@@ -558,9 +558,14 @@ class Translator:
             found = item.as_python_constant() in container.value._modules
         elif isinstance(container, V.TensorVariable) or isinstance(item, V.TensorVariable):
             raise Unsupported("'in' with a tensor compares values (data-dependent)")
-        elif _is_native_container(container) and _is_literal_key(item):
-            # a user mapping with C-level __contains__ (a dict subclass, say): answered now,
-            # and the answer is guarded, so a later insertion or deletion recompiles
+        elif (
+            _is_native_container(container)
+            and _is_literal_key(item)
+            and not self.output.side_effects.events
+        ):
+            # a user mapping with C-level __contains__ (a dict subclass, say): answered now on
+            # the real object (nothing the frame changed is pending), and the answer is
+            # guarded, so a later insertion or deletion recompiles
             key = item.as_python_constant()
             found = key in container.value
             self.output.guards.add(

@@ -6,6 +6,7 @@ kind of input compiles nothing and returns eager's result. After
 ``config.cache_size_limit`` entries the function runs eagerly.
 """
 
+import collections.abc
 import copy
 import logging
 import sys
@@ -553,3 +554,36 @@ def test_class_of_a_module_is_known_at_capture_time(backend):
     x = torch.randn(3)
     assert_same(compiled(x), model(x))
     assert_graph_count(backend, 1, "on the first call")
+
+
+class Table(collections.abc.Mapping):
+    """A Mapping whose ``in`` (the ABC's ``__contains__``) reads an attribute."""
+
+    def __init__(self):
+        self.data = {}
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self):
+        return len(self.data)
+
+
+TABLE = Table()
+
+
+def test_membership_sees_an_attribute_the_frame_set_before_it(backend):
+    def fn(x):
+        TABLE.data = {"a": 1}
+        if "a" in TABLE:
+            return x + 1
+        return x - 1
+
+    x = torch.randn(3)
+    TABLE.data = {}
+    expected = fn(x)
+    TABLE.data = {}
+    assert_same(torchkiln.compile(fn, backend=backend)(x), expected)
