@@ -560,7 +560,7 @@ class Translator:
             raise Unsupported("'in' with a tensor compares values (data-dependent)")
         elif (
             _is_native_container(container)
-            and _is_literal_key(item)
+            and V.literal_repr(item) is not None
             and not self.output.side_effects.events
         ):
             # a user mapping with C-level __contains__ (a dict subclass, say): answered now on
@@ -945,8 +945,3 @@ def _is_native_container(vt: V.VariableTracker) -> bool:
     if isinstance(contains, types.FunctionType):
         return contains.__module__ in ("collections.abc", "_collections_abc")
     return contains is not None
-
-
-def _is_literal_key(vt: V.VariableTracker) -> bool:
-    """A constant whose ``repr`` reads back as itself, so a guard can spell it."""
-    return vt.is_constant() and type(vt.as_python_constant()) in (str, int, bool, type(None))

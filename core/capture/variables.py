@@ -13,6 +13,7 @@ Behaviour that needs the translator (graph ops, inlining) receives ``tx``.
 
 from __future__ import annotations
 
+import collections.abc
 import enum
 import operator
 import types
@@ -729,6 +730,10 @@ class UserObjectVariable(ValueVariable):
             return tx.output.wrap(class_attr.__func__, None)
         if isinstance(class_attr, classmethod):
             return UserMethodVariable(class_attr.__func__, ClassVariable(self.cls))
+        if is_pure_lookup(class_attr) or isinstance(class_attr, _C_METHODS):
+            return method_of_real_object(tx, class_attr, self)
+        if class_attr is not _MISSING and hasattr(class_attr, "__get__"):
+            raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
         if class_attr is not _MISSING:
             return tx.output.wrap(class_attr, None)
         if self.source:
@@ -842,6 +847,67 @@ class GradModeExitVariable(VariableTracker):
         return ConstantVariable(None)
 
 
+#: Methods that only read a mapping: on a real object they are answered at capture time.
+PURE_LOOKUPS = (dict.get, dict.__getitem__, collections.abc.Mapping.get)
+_C_METHODS = (types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+def is_pure_lookup(attr: Any) -> bool:
+    return any(attr is lookup for lookup in PURE_LOOKUPS)  # identity: attr may define __eq__
+
+
+def literal_repr(vt: VariableTracker) -> str | None:
+    """The source text of a constant whose ``repr`` reads back as itself, else None."""
+    if not vt.is_constant():
+        return None
+    value = vt.as_python_constant()
+    return repr(value) if type(value) in (str, int, bool, type(None)) else None
+
+
+def method_of_real_object(tx: Translator, attr: Any, obj: VariableTracker) -> VariableTracker:
+    """``attr`` (a C method, or a lookup of ``PURE_LOOKUPS``) bound to the real object behind
+    ``obj``, as ``obj.name`` or ``super().name`` gives it."""
+    if is_pure_lookup(attr):
+        return LookupVariable(attr, obj)
+    if not isinstance(obj, ValueVariable) or obj.value is None:
+        raise Unsupported(f"{type(attr).__name__} {attr!r} of {obj.describe()}")
+    return tx.output.wrap(attr.__get__(obj.value, type(obj.value)), None)
+
+
+class LookupVariable(VariableTracker):
+    """``mapping.get(key)`` and the like on a real mapping (a registry): looked up now.
+
+    The result's source is the call itself, ``___lookup(L_self, 'key')``, so
+    the guards that protect the result run the lookup again on every call. Only
+    while nothing the frame changed is pending, with keys that are literals or
+    objects read through a source.
+    """
+
+    def __init__(self, method: Any, obj: VariableTracker):
+        self.method = method
+        self.obj = obj
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        obj = self.obj
+        if kwargs or tx.output.side_effects.events or not isinstance(obj, ValueVariable):
+            raise Unsupported(f"calling {self.describe()} here")
+        texts = [
+            literal_repr(a) or (a.source if isinstance(a, ValueVariable) else None) for a in args
+        ]
+        if obj.value is None or obj.source is None or None in texts:
+            raise Unsupported(f"calling {self.describe()} on values without a source")
+        values = [a.as_python_constant() if a.is_constant() else a.value for a in args]
+        try:
+            result = self.method(obj.value, *values)
+        except Exception as e:
+            raise Unsupported(f"{self.describe()} raised {type(e).__name__}") from e
+        method = tx.output.guards.bind(self.method, "lookup")
+        return tx.output.wrap(result, f"{method}({', '.join([obj.source, *texts])})")
+
+    def describe(self) -> str:
+        return f"{getattr(self.method, '__qualname__', self.method)} of {self.obj.describe()}"
+
+
 class SuperVariable(VariableTracker):
     """``super()`` (or ``super(cls, obj)``): attribute lookup starts after ``cls`` in the MRO."""
 
@@ -854,6 +920,8 @@ class SuperVariable(VariableTracker):
         for klass in mro[mro.index(self.cls) + 1 :]:
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
+                if is_pure_lookup(attr) or isinstance(attr, _C_METHODS):
+                    return method_of_real_object(tx, attr, self.obj)
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
@@ -862,13 +930,8 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr.__func__, ClassVariable(self.obj.python_type()))
                 if attr is object.__init__:
                     return BuiltinVariable(_object_init)
-                if hasattr(attr, "__get__"):  # a C method such as dict.get: bind it as super() does
-                    if not isinstance(self.obj, ValueVariable):
-                        raise Unsupported(
-                            f"super().{name} ({type(attr).__name__}) on a traced value"
-                        )
-                    obj = self.obj.value
-                    return tx.output.wrap(attr.__get__(obj, type(obj)), None)
+                if hasattr(attr, "__get__"):
+                    raise Unsupported(f"super().{name} is a {type(attr).__name__}")
                 return tx.output.wrap(attr, None)
         raise Unsupported(f"super() has no attribute {name!r}")
 
