@@ -27,7 +27,6 @@ from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture import variables as V
 from torchkiln.capture.builder import is_stdlib
 from torchkiln.capture.builtins import fold
-from torchkiln.capture.guards import COST_VALUE
 from torchkiln.capture.output_graph import OutputGraph
 from torchkiln.exc import CaptureError, Unsupported
 
@@ -564,15 +563,10 @@ class Translator:
             and not self.output.side_effects.events
         ):
             # a user mapping with C-level __contains__ (a dict subclass, say): answered now on
-            # the real object (nothing the frame changed is pending), and the answer is
-            # guarded, so a later insertion or deletion recompiles
-            key = item.as_python_constant()
-            found = key in container.value
-            self.output.guards.add(
-                f"({key!r} in {container.source}) is {found}",
-                COST_VALUE,
-                f"{key!r} {'in' if found else 'not in'} {container.source}",
-            )
+            # the real object (nothing the frame changed is pending), read through the test
+            # itself as its source, so the guards re-run it and a changed mapping recompiles
+            source = f"({V.literal_repr(item)} in {container.source})"
+            found = self.output.wrap(item.as_python_constant() in container.value, source).value
         else:
             items = self.unpack_iterable(container)
             value = item.as_python_constant()

@@ -730,11 +730,11 @@ class UserObjectVariable(ValueVariable):
             return tx.output.wrap(class_attr.__func__, None)
         if isinstance(class_attr, classmethod):
             return UserMethodVariable(class_attr.__func__, ClassVariable(self.cls))
-        if is_pure_lookup(class_attr) or isinstance(class_attr, _C_METHODS):
+        if binds_to_real_object(class_attr):
             return method_of_real_object(tx, class_attr, self)
-        if class_attr is not _MISSING and hasattr(class_attr, "__get__"):
-            raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
         if class_attr is not _MISSING:
+            if hasattr(class_attr, "__get__"):  # slots, cached_property...: read natively
+                raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
             return tx.output.wrap(class_attr, None)
         if self.source:
             tx.output.guards.add(
@@ -856,6 +856,11 @@ def is_pure_lookup(attr: Any) -> bool:
     return any(attr is lookup for lookup in PURE_LOOKUPS)  # identity: attr may define __eq__
 
 
+def binds_to_real_object(attr: Any) -> bool:
+    """A class attribute that ``method_of_real_object`` handles: a C method or a pure lookup."""
+    return is_pure_lookup(attr) or isinstance(attr, _C_METHODS)
+
+
 def literal_repr(vt: VariableTracker) -> str | None:
     """The source text of a constant whose ``repr`` reads back as itself, else None."""
     if not vt.is_constant():
@@ -920,7 +925,7 @@ class SuperVariable(VariableTracker):
         for klass in mro[mro.index(self.cls) + 1 :]:
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
-                if is_pure_lookup(attr) or isinstance(attr, _C_METHODS):
+                if binds_to_real_object(attr):
                     return method_of_real_object(tx, attr, self.obj)
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
