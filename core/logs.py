@@ -20,6 +20,7 @@ ARTIFACTS = {
     "bytecode": "the original and the transformed code of each captured frame",
     "aot_graphs": "the joint, forward and backward graphs of the AOT-autograd layer",
     "output_code": "the code a backend generated (kernels and wrapper)",
+    "aot_cache": "the on-disk plan cache: hits, stores, and why a graph was not cached",
     "backends": "plugin discovery: which plugins loaded, which failed and why",
 }
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import pluggy
 
+from torchkiln.disk_cache import cache_dir, source_fingerprint
+
 PROJECT_NAME = "torchkiln"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -96,4 +98,13 @@ class Backend:
         return {opt.name: opt for opt in self.options or ()}
 
 
-__all__ = ["MODES", "Backend", "Option", "Requirement", "hookimpl", "hookspec"]
+__all__ = [
+    "MODES",
+    "Backend",
+    "Option",
+    "Requirement",
+    "cache_dir",
+    "hookimpl",
+    "hookspec",
+    "source_fingerprint",
+]

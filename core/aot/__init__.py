@@ -53,15 +53,22 @@ values; ``bw_gm`` takes the saved values (same order) then the tangents.
 ``partition_with_saved(joint_gm, num_fwd_outputs, saved_nodes)`` builds both
 once a partitioner has chosen what to save. See :mod:`torchkiln.aot.partition`.
 
+A backend that can store what its compilers return passes
+``cache=ArtifactCodec(salt, dump, load)``: plans then go to the on-disk plan
+cache and a later process that compiles the same graph loads them instead
+of tracing and compiling again (see :mod:`torchkiln.aot.cache`).
+
 ``TORCHKILN_LOGS=aot_graphs`` prints the joint, forward, backward and
 inference graphs.
 """
 
 from torchkiln.aot.api import aot_autograd
+from torchkiln.aot.cache import ArtifactCodec
 from torchkiln.aot.decompositions import default_decompositions
 from torchkiln.aot.partition import min_cut_partition, partition_with_saved, simple_partition
 
 __all__ = [
+    "ArtifactCodec",
     "aot_autograd",
     "default_decompositions",
     "min_cut_partition",

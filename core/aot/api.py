@@ -5,7 +5,9 @@ call picks a *plan*: an inference graph when grad mode is off or no input
 requires grad, else a joint graph split by the partitioner into forward and
 backward. Plans are built lazily and cached per requires_grad pattern of
 the inputs and per value of the non-tensor inputs (tracing bakes those in);
-the plan matching ``example_inputs`` is built at compile time.
+the plan matching ``example_inputs`` is built at compile time. With a
+``cache`` codec, plans are also looked up in and stored to the on-disk plan
+cache (:mod:`torchkiln.aot.cache`), so another process skips the tracing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch.fx as fx
 
 from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta, analyze
+from torchkiln.aot.cache import ArtifactCodec, PlanCache
 from torchkiln.aot.fake import fake_mode_and_inputs
 from torchkiln.aot.partition import min_cut_partition
 from torchkiln.aot.runtime import (
@@ -58,6 +61,7 @@ class _AOTCompiled:
         inference_compiler: Compiler,
         decompositions: Decompositions | None,
         partition_fn: Partitioner,
+        cache: PlanCache | None,
     ) -> None:
         self.gm = gm
         self.fw_compiler = fw_compiler
@@ -65,6 +69,7 @@ class _AOTCompiled:
         self.inference_compiler = inference_compiler
         self.decompositions = decompositions
         self.partition_fn = partition_fn
+        self.cache = cache
         self.plans: dict[tuple, tuple[GraphMeta, Any]] = {}
 
     def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any]:
@@ -74,6 +79,20 @@ class _AOTCompiled:
         return self.plans[key]
 
     def _build(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
+        key = self.cache.key(self.gm, list(args), training) if self.cache else None
+        if key is not None:
+            cached = self.cache.load(key)
+            if cached is not None:
+                return cached
+        meta, plan = self._trace_and_compile(args, training)
+        if key is not None:
+            if isinstance(plan, TrainingPlan):
+                plan.on_backward_compiled = lambda p: self.cache.store_training(key, p)
+            else:
+                self.cache.store_inference(key, meta, plan)
+        return meta, plan
+
+    def _trace_and_compile(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
         mode, fakes = fake_mode_and_inputs(list(args))
         meta = analyze(self.gm, fakes, mode)
         if training and any(meta.computed_requires_grad):
@@ -110,13 +129,17 @@ def aot_autograd(
     inference_compiler: Compiler | None = None,
     decompositions: Decompositions | None = None,
     partition_fn: Partitioner | None = None,
+    cache: ArtifactCodec | None = None,
 ) -> Callable[[fx.GraphModule, list], Callable]:
     """A backend compile function that traces forward and backward ahead of time.
 
     ``bw_compiler`` and ``inference_compiler`` default to ``fw_compiler``;
     ``partition_fn`` defaults to :func:`min_cut_partition`. See
-    :mod:`torchkiln.aot` for the graphs each compiler receives.
+    :mod:`torchkiln.aot` for the graphs each compiler receives. ``cache``
+    (how to store the compilers' results) turns on the on-disk plan cache.
     """
+    partition_fn = partition_fn or min_cut_partition
+    plan_cache = PlanCache(cache, decompositions, partition_fn) if cache is not None else None
 
     def compile_fn(gm: fx.GraphModule, example_inputs: list) -> Callable:
         compiled = _AOTCompiled(
@@ -125,7 +148,8 @@ def aot_autograd(
             bw_compiler=bw_compiler or fw_compiler,
             inference_compiler=inference_compiler or fw_compiler,
             decompositions=decompositions,
-            partition_fn=partition_fn or min_cut_partition,
+            partition_fn=partition_fn,
+            cache=plan_cache,
         )
         compiled.plan_for(example_inputs)
         return compiled

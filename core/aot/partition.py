@@ -20,7 +20,6 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 
-import networkx as nx
 import torch.fx as fx
 
 from torchkiln.aot.recompute import is_recomputable, saved_bytes
@@ -153,6 +152,8 @@ def min_cut_partition(
     cheapest set of values to save: everything on the sink side is
     recomputed in backward from them.
     """
+    import networkx as nx  # here, not at import: it costs a warm start 0.15 s
+
     fw_outs, bw_outs = _split_outputs(joint_gm, num_fwd_outputs)
     dependent = _tangent_dependent(joint_gm)
     needed = _ancestors(fw_outs + bw_outs, stop=set())

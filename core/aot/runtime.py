@@ -35,19 +35,26 @@ def example_inputs_of(gm: fx.GraphModule) -> list:
 
 @dataclass
 class TrainingPlan:
-    """Everything one training call needs; shared by all calls of a compiled graph."""
+    """Everything one training call needs; shared by all calls of a compiled graph.
+
+    A plan loaded from the plan cache comes with its compiled ``_backward``
+    and no graph; a fresh one compiles ``backward_graph`` on first use and
+    then calls ``on_backward_compiled(plan)`` (which stores the whole plan).
+    """
 
     meta: GraphMeta
     forward: Callable
-    backward_graph: fx.GraphModule
-    backward_compiler: Compiler
+    backward_graph: fx.GraphModule | None
+    backward_compiler: Compiler | None
     num_fwd_outputs: int
     differentiable: tuple[int, ...]
     grad_inputs: tuple[int, ...]
     _backward: Callable | None = field(default=None, repr=False)
+    on_backward_compiled: Callable[[TrainingPlan], None] | None = field(default=None, repr=False)
 
     def backward(self) -> Callable:
         if self._backward is None:
+            assert self.backward_graph is not None and self.backward_compiler is not None
             if logs.enabled("aot_graphs"):
                 logs.artifact(
                     "aot_graphs", "backward graph:\n%s", self.backward_graph.print_readable(False)
@@ -55,6 +62,8 @@ class TrainingPlan:
             self._backward = self.backward_compiler(
                 self.backward_graph, example_inputs_of(self.backward_graph)
             )
+            if self.on_backward_compiled is not None:
+                self.on_backward_compiled(self)
         return self._backward
 
 

@@ -4,23 +4,30 @@
 shared AOT-autograd layer (``torchkiln.aot.aot_autograd``) with
 :func:`compile_fx` as forward, backward and inference compiler, and the
 decompositions in :func:`decompositions` (core aten, minus the ops this
-backend lowers whole, like gelu, layer_norm and softmax).
+backend lowers whole, like gelu, layer_norm and softmax). Compiled graphs
+go to the AOT layer's on-disk plan cache as :class:`GraphArtifact` records
+(:func:`plan_codec`), so another process compiling the same model generates
+and compiles nothing.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.fx import GraphModule
 
+from torchkiln.aot import ArtifactCodec
 from torchkiln.exc import NotImplementedYet
+from torchkiln.plugin import source_fingerprint
 
-from .compile_fx import compile_fx
+from .compile_fx import CompiledGraph, GraphArtifact, compile_fx
+from .cpp_build import toolchain_id
 from .lowering import LOWERINGS
-from .options import parse_options
+from .options import InductorOptions, parse_options
 
 
 @functools.cache
@@ -70,6 +77,21 @@ def _check_devices(example_inputs: list[Any]) -> None:
             )
 
 
+def _dump(compiled: Callable) -> GraphArtifact | None:
+    return compiled.artifact if isinstance(compiled, CompiledGraph) else None
+
+
+def plan_codec(options: InductorOptions) -> ArtifactCodec | None:
+    """How compiled graphs are stored in the plan cache; ``None`` (no caching) when tracing:
+    a cached plan would skip writing the trace."""
+    if options.trace:
+        return None
+    salt = "|".join(
+        ("inductor", repr(options), source_fingerprint(str(Path(__file__).parent)), toolchain_id())
+    )
+    return ArtifactCodec(salt, dump=_dump, load=GraphArtifact.load)
+
+
 def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) -> Callable:
     """torchkiln backend entry point (``backend="inductor"``)."""
     opts = parse_options(options)
@@ -84,4 +106,5 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) ->
         bw_compiler=compiler,
         inference_compiler=compiler,
         decompositions=decompositions(),
+        cache=plan_codec(opts),
     )(gm, example_inputs)

@@ -31,46 +31,67 @@ from .scheduler import FusedKernel, Schedule, Scheduler
 
 
 @dataclass
+class GraphArtifact:
+    """What running one compiled graph needs, and nothing of how it was made.
+
+    It pickles (the plan cache stores extern ops by name), so a later process
+    loads it instead of compiling: :meth:`load` takes the kernels' library
+    from the C++ cache (building it only if that entry is gone) and binds the
+    wrapper. ``namespace`` holds the wrapper's constants and extern ops.
+    """
+
+    cpp_source: str
+    opt_level: str
+    kernels: tuple[tuple[str, int], ...]  # (name, number of pointer parameters)
+    wrapper_source: str
+    namespace: dict[str, Any]
+    fallbacks: dict[str, str]
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.kernels)
+
+    def output_code(self) -> str:
+        fallbacks = "\n".join(f"#   {op}: {why}" for op, why in sorted(self.fallbacks.items()))
+        header = f"# fallbacks to aten ({len(self.fallbacks)}):\n{fallbacks or '#   none'}\n"
+        return f"{header}\n# ---- C++ kernels ----\n{self.cpp_source}\n# ---- wrapper ----\n{self.wrapper_source}"
+
+    def bind(self, lib: ctypes.CDLL | None) -> CompiledGraph:
+        ns = {"torch": torch, **self.namespace}
+        for name, num_params in self.kernels:
+            fn = getattr(lib, name)
+            fn.argtypes = [ctypes.c_void_p] * num_params
+            fn.restype = None
+            ns[name] = fn
+        exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
+        return CompiledGraph(ns["call"], self)
+
+    def load(self) -> CompiledGraph:
+        """The callable, from a stored artifact."""
+        if logs.enabled("output_code"):
+            logs.artifact("output_code", "(from the plan cache)\n%s", self.output_code())
+        lib = load_library(self.cpp_source, self.opt_level) if self.kernels else None
+        return self.bind(lib)
+
+
+@dataclass
 class GeneratedGraph:
     """Everything generated for one graph, before the C++ is compiled."""
 
     graph: GraphIR
     schedule: Schedule
     kernels: list[GeneratedKernel]
-    cpp_source: str
-    wrapper_source: str
-    namespace: dict[str, Any]
+    artifact: GraphArtifact
     options: InductorOptions
     timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def num_kernels(self) -> int:
-        return sum(isinstance(s, FusedKernel) for s in self.schedule.steps)
-
-    def output_code(self) -> str:
-        fallbacks = "\n".join(
-            f"#   {op}: {why}" for op, why in sorted(self.graph.fallbacks.items())
-        )
-        header = f"# fallbacks to aten ({len(self.graph.fallbacks)}):\n{fallbacks or '#   none'}\n"
-        return f"{header}\n# ---- C++ kernels ----\n{self.cpp_source}\n# ---- wrapper ----\n{self.wrapper_source}"
-
-    def bind(self, lib: ctypes.CDLL | None) -> CompiledGraph:
-        ns = dict(self.namespace)
-        for k in self.kernels:
-            fn = getattr(lib, k.name)
-            fn.argtypes = [ctypes.c_void_p] * len(k.params)
-            fn.restype = None
-            ns[k.name] = fn
-        exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
-        return CompiledGraph(ns["call"], self)
 
 
 class CompiledGraph:
     """The compiled callable: ``compiled(*flat_tensor_args)`` returns the outputs."""
 
-    def __init__(self, call, generated: GeneratedGraph):
+    def __init__(self, call, artifact: GraphArtifact):
         self._call = call
-        self.generated = generated
+        self.artifact = artifact
 
     def __call__(self, *args: Any) -> Any:
         if torch.is_grad_enabled():  # extern aten calls need not record autograd graphs
@@ -80,11 +101,11 @@ class CompiledGraph:
 
     @property
     def num_kernels(self) -> int:
-        return self.generated.num_kernels
+        return self.artifact.num_kernels
 
     @property
     def fallbacks(self) -> dict[str, str]:
-        return dict(self.generated.graph.fallbacks)
+        return dict(self.artifact.fallbacks)
 
 
 def _ensure_meta(gm: GraphModule, example_inputs: list[Any]) -> None:
@@ -133,20 +154,19 @@ def generate(
             by_step[step.name] = next(it)
     wrapper = WrapperCodegen(graph, schedule, plans, by_step, single)
     wrapper_source = wrapper.generate()
-    generated = GeneratedGraph(
-        graph,
-        schedule,
-        kernels,
+    artifact = GraphArtifact(
         translation_unit(kernels),
+        options.opt_level,
+        tuple((k.name, len(k.params)) for k in kernels),
         wrapper_source,
         wrapper.namespace,
-        options,
-        timings,
+        dict(graph.fallbacks),
     )
+    generated = GeneratedGraph(graph, schedule, kernels, artifact, options, timings)
     if logs.enabled("output_code"):
-        logs.artifact("output_code", "%s", generated.output_code())
+        logs.artifact("output_code", "%s", artifact.output_code())
     if tracer:
-        tracer.write("output_code.py", generated.output_code())
+        tracer.write("output_code.py", artifact.output_code())
         if options.graph_diagram:
             tracer.draw_schedule(schedule)
     return generated
@@ -161,7 +181,7 @@ def compile_many(
     if kernels:
         level = opt_level or generated[0].options.opt_level
         lib = load_library(translation_unit(kernels), level)
-    return [g.bind(lib) for g in generated]
+    return [g.artifact.bind(lib) for g in generated]
 
 
 def compile_fx(
@@ -169,9 +189,9 @@ def compile_fx(
 ) -> CompiledGraph:
     """Compile an aten-level graph into a callable."""
     options = options or InductorOptions()
-    generated = generate(gm, example_inputs, options)
-    lib = load_library(generated.cpp_source, options.opt_level) if generated.kernels else None
-    return generated.bind(lib)
+    artifact = generate(gm, example_inputs, options).artifact
+    lib = load_library(artifact.cpp_source, artifact.opt_level) if artifact.kernels else None
+    return artifact.bind(lib)
 
 
 def _output_node(gm: GraphModule):

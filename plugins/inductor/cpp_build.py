@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 
 from torchkiln.exc import BackendCompilerFailed, KilnError
+from torchkiln.plugin import cache_dir
 
 BASE_FLAGS = (
     "-shared",
@@ -46,20 +47,13 @@ _loaded: dict[str, ctypes.CDLL] = {}
 _lock = threading.Lock()
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("TORCHKILN_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "torchkiln"
-
-
 def compiler() -> str:
     return os.environ.get("CXX", "g++")
 
 
 @functools.cache
-def _toolchain_id() -> str:
+def toolchain_id() -> str:
+    """The compiler's version and the CPU: generated code is only valid for both."""
     try:
         version = subprocess.run(
             [compiler(), "--version"], capture_output=True, text=True, check=True
@@ -86,7 +80,7 @@ def command(source: Path, output: Path, opt_level: str) -> list[str]:
 
 def cache_key(source: str, opt_level: str) -> str:
     h = hashlib.sha256()
-    for part in (source, " ".join(command(Path("x"), Path("y"), opt_level)), _toolchain_id()):
+    for part in (source, " ".join(command(Path("x"), Path("y"), opt_level)), toolchain_id()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

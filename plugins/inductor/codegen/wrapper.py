@@ -54,8 +54,8 @@ class WrapperCodegen:
         self.plans = plans
         self.kernels = kernels
         self.single_output = single_output
+        # what the generated source refers to besides ``torch`` (added when it is bound)
         self.namespace: dict[str, Any] = {
-            "torch": torch,
             "_empty": torch.empty_strided,
             "_view": _view,
             "_fix_layout": _fix_layout,

@@ -42,4 +42,4 @@ def check(
 
 def kernel_count(compiled: CompiledGraph) -> int:
     """Number of C++ kernel functions in the generated source."""
-    return compiled.generated.cpp_source.count('extern "C" void kiln_')
+    return compiled.artifact.cpp_source.count('extern "C" void kiln_')

@@ -1,5 +1,6 @@
 """The on-disk compile cache: reuse across processes, atomic writes, damaged entries."""
 
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,51 @@ def test_compiler_error_is_a_backend_failure(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
     with pytest.raises(BackendCompilerFailed, match="C\\+\\+ compilation failed"):
         cpp_build.load_library(f"this is not C++ {uuid.uuid4()}", "O1")
+
+
+MODEL_SCRIPT = textwrap.dedent(
+    """
+    import json, torch, torchkiln
+    from torchkiln_inductor import cpp_build
+
+    builds = []
+    build = cpp_build._build
+    cpp_build._build = lambda *a: (builds.append(a[1]), build(*a))
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 8)
+    )
+    compiled = torchkiln.compile(model)
+    torch.manual_seed({seed})
+    x = torch.randn(16, 32)
+    loss = compiled(x).square().mean()
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected = model(x).square().mean()
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(grads, [p.grad for p in model.parameters()])
+    print(json.dumps({{"builds": len(builds), **torchkiln.counters["aot_cache"]}}))
+    """
+)
+
+
+def _run_model(cache: str, seed: int) -> dict:
+    env = dict(os.environ, TORCHKILN_CACHE_DIR=cache)
+    out = subprocess.run(
+        [sys.executable, "-c", MODEL_SCRIPT.format(seed=seed)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_training_a_model_traces_and_builds_nothing(tmp_path):
+    first = _run_model(str(tmp_path), seed=1)
+    assert first["builds"] == 2 and first["stores"] == 1 and first["misses"] == 1
+    second = _run_model(str(tmp_path), seed=2)  # other input values: the same plan
+    assert second == {"builds": 0, "hits": 1}

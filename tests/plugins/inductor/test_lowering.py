@@ -39,6 +39,23 @@ def test_welford_variance_of_large_offset_values_is_accurate():
     check(lambda a: torch.var_mean(a, -1), x, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("n", [7, 64, 1000])
+def test_welford_lane_merge_matches_eager_with_offsets_nan_and_inf(n):
+    # n: tail only, whole lane blocks, blocks and a tail; rows 1-3 hold a NaN, an inf, a -inf
+    x = torch.randn(6, n) * torch.tensor([1.0, 1.0, 1.0, 1.0, 1e-3, 50.0])[:, None]
+    x += torch.tensor([0.0, 0.0, 0.0, 0.0, 1e4, -3e3])[:, None]
+    x[1, n // 2], x[2, 0], x[3, n - 1] = float("nan"), float("inf"), float("-inf")
+    check(lambda a: torch.var_mean(a, -1), x, rtol=1e-4, atol=1e-4)
+
+
+def test_float_erf_keeps_sign_nan_and_saturates_like_eager():
+    special = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 3.9, -4.0, 4.5, -1e30, 1e-30]
+    x = torch.cat([torch.tensor(special), torch.linspace(-6, 6, 1001)])
+    compiled = check(lambda a: (torch.erf(a), F.gelu(a)), x, rtol=0, atol=1e-6)
+    erf = compiled(x)[0]
+    assert torch.equal(torch.signbit(erf[1:10]), torch.signbit(torch.erf(x[1:10])))  # +-0 too
+
+
 def test_views_of_computed_values_compose_index_functions():
     check(
         lambda a: (a + 1).view(4, 6, 5).permute(2, 0, 1).reshape(30, 4)[::2, 1:] * 3,
@@ -101,7 +118,7 @@ def test_gelu_tanh_cube_is_multiplied_out_so_the_loop_vectorizes():
         lambda x: 0.5 * x * (1 + torch.tanh(0.79788456 * (x + 0.044715 * torch.pow(x, 3.0)))),
         torch.randn(64, 512),
     )
-    assert "std::pow" not in compiled.generated.cpp_source
+    assert "std::pow" not in compiled.artifact.cpp_source
 
 
 def test_cat_and_pad_use_masked_loads_in_one_kernel():
@@ -155,7 +172,7 @@ def test_fallback_random_matches_eager_exactly():
     torch.manual_seed(7)
     actual = compiled(x)
     torch.testing.assert_close(list(actual), list(expected))
-    assert "fallback_random=True" in compiled.generated.output_code()
+    assert "fallback_random=True" in compiled.artifact.output_code()
 
 
 def test_op_without_lowering_runs_as_aten_call():

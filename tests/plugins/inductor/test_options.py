@@ -57,12 +57,12 @@ def test_unimplemented_option_raises_not_implemented_yet():
 
 def test_cpp_threads_sets_the_openmp_thread_count():
     compiled = check(lambda x: x.exp() + 1, torch.randn(256, 256), **{"cpp.threads": 1})
-    assert "num_threads(1)" in compiled.generated.cpp_source
+    assert "num_threads(1)" in compiled.artifact.cpp_source
 
 
 def test_cpp_simdlen_sets_the_reduction_lanes():
     compiled = check(lambda x: x.sum(-1), torch.randn(16, 100), **{"cpp.simdlen": 4})
-    assert "[4]" in compiled.generated.cpp_source
+    assert "[4]" in compiled.artifact.cpp_source
 
 
 def test_epilogue_fusion_off_keeps_reduction_consumers_apart():

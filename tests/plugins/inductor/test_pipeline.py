@@ -20,7 +20,7 @@ def test_gelu_layer_norm_softmax_chain_matches_eager():
 def test_gelu_layer_norm_softmax_chain_is_at_most_two_kernels():
     compiled = compile_fn(chain, *chain_inputs())
     assert kernel_count(compiled) <= 2
-    assert "#pragma omp parallel for" in compiled.generated.cpp_source
+    assert "#pragma omp parallel for" in compiled.artifact.cpp_source
 
 
 def test_pointwise_chain_is_one_kernel():
@@ -51,7 +51,7 @@ def test_matmul_runs_as_extern_with_fused_epilogue():
         torch.randn(16, 8),
         torch.randn(8),
     )
-    assert "aten_mm_default(" in compiled.generated.wrapper_source
+    assert "aten_mm_default(" in compiled.artifact.wrapper_source
     assert kernel_count(compiled) == 1
 
 
@@ -63,7 +63,7 @@ def test_dead_buffers_are_reused():
         return c @ w
 
     compiled = check(fn, torch.randn(16, 16), torch.randn(16, 16), rtol=1e-4, atol=1e-4)
-    assert "# reuses" in compiled.generated.wrapper_source
+    assert "# reuses" in compiled.artifact.wrapper_source
 
 
 def test_outputs_keep_eager_strides():
@@ -92,11 +92,11 @@ def test_reduction_over_leading_dim_vectorizes_across_outputs():
         rtol=1e-4,
         atol=1e-4,
     )
-    assert "ob += " in compiled.generated.cpp_source
+    assert "ob += " in compiled.artifact.cpp_source
 
 
 def test_full_reduction_of_a_large_tensor_runs_in_parallel_chunks():
     compiled = check(
         lambda x: (x.sum(), x.amax(), (x > 3).any()), torch.randn(300, 1001), rtol=1e-4, atol=1e-3
     )
-    assert "#pragma omp parallel for" in compiled.generated.cpp_source
+    assert "#pragma omp parallel for" in compiled.artifact.cpp_source

@@ -1,0 +1,305 @@
+"""A disk cache of compiled plans: a second process compiling the same graph traces nothing.
+
+What the AOT layer builds for a graph (its :class:`GraphMeta`, the forward
+and backward graphs, each compiled by the backend) depends only on the
+torch-level graph, the metadata of its inputs, whether the call trains, the
+global state tracing reads (default dtype, autocast), the decompositions,
+the partitioner, the backend (its ``salt``: name, options, code version) and
+torchkiln's own code. :meth:`PlanCache.key` hashes all of it. A graph with a
+piece that has no stable name across processes (a call to a lambda or a
+closure, an argument of an unknown type, a symbolic size) gets no key and is
+simply not cached; the reason is logged under ``TORCHKILN_LOGS=aot_cache``
+and counted in ``torchkiln.counters["aot_cache"]`` (``hits``, ``misses``,
+``stores``, ``uncacheable``).
+
+A backend opts in by passing ``cache=ArtifactCodec(...)`` to ``aot_autograd``:
+``dump`` turns one compiled graph into a picklable artifact (``None``: this
+one can't be stored) and ``load`` turns an artifact back into a callable.
+Entries live in ``<cache_dir>/aot/<key[:2]>/<key>.pkl``, pickled with
+``torch.ops`` overloads stored by name. A training plan is stored once its
+backward is compiled (the first backward call), so a stored plan is always
+complete; an inference plan as soon as it is built. An entry that can't be
+read or unpickled is a miss, and is deleted so that it gets rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+import torchkiln
+from torchkiln import logs
+from torchkiln.aot.analysis import GraphMeta
+from torchkiln.aot.runtime import TrainingPlan
+from torchkiln.capture.cache import counters
+from torchkiln.disk_cache import cache_dir, discard, source_fingerprint, write_atomic
+
+#: Bump when the entry layout changes.
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ArtifactCodec:
+    """How a backend's compiled graphs go to disk and come back.
+
+    ``salt`` names everything besides the graph that decides what the backend
+    produces (its name, options and code version); ``dump(compiled)`` returns
+    a picklable artifact or ``None``; ``load(artifact)`` returns the callable.
+    """
+
+    salt: str
+    dump: Callable[[Callable], Any]
+    load: Callable[[Any], Callable]
+
+
+class Uncacheable(Exception):
+    """This graph can't be named stably across processes (the message says why)."""
+
+
+def stable_name(fn: object) -> str:
+    """A name that finds ``fn`` again in another process: ``module:qualname`` or an op's name."""
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"op:{fn}"
+    owner = getattr(fn, "__objclass__", None)  # methods of C types: TensorBase.add
+    name = getattr(fn, "__name__", None)
+    if owner is not None and name and getattr(owner, name, None) is fn:
+        return f"{stable_name(owner)}.{name}"
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    for path in (getattr(fn, "__qualname__", None), name):
+        if module is None or not path or "<" in path:
+            continue
+        found: object = module
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        if found is fn:
+            return f"{module.__name__}:{path}"
+    raise Uncacheable(f"{fn!r} has no importable name")
+
+
+def _describe(value: object) -> str:
+    """A node argument as text that means the same thing in every process."""
+    if isinstance(value, fx.Node):
+        return f"%{value.name}"
+    if value is None or value is Ellipsis or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({','.join(_describe(v) for v in value)})"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_describe(k)}:{_describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, slice):
+        return f"slice({_describe(value.start)},{_describe(value.stop)},{_describe(value.step)})"
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return repr(value)
+    if isinstance(value, torch.Tensor):
+        return _describe_constant(value)
+    if callable(value):
+        return stable_name(value)
+    raise Uncacheable(f"graph argument {value!r} of type {type(value).__name__}")
+
+
+def _describe_constant(t: torch.Tensor) -> str:
+    """A tensor baked into the graph: its layout and the hash of its contents."""
+    if isinstance(t, torch._subclasses.FakeTensor) or not all(isinstance(s, int) for s in t.shape):
+        raise Uncacheable("a fake or symbolic tensor constant")
+    data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    digest = hashlib.sha256(data).hexdigest()
+    return f"tensor({tuple(t.shape)},{t.stride()},{t.dtype},{t.device},{t.requires_grad},{digest})"
+
+
+def graph_fingerprint(gm: fx.GraphModule) -> str:
+    """The graph as text: op, target and arguments of every node, by stable names."""
+    lines = []
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op == "get_attr":
+            value: object = gm
+            for part in str(target).split("."):
+                value = getattr(value, part)
+            target = _describe(value)
+        elif node.op == "call_module":
+            raise Uncacheable("the graph calls a submodule")
+        elif not isinstance(target, str):
+            target = stable_name(target)
+        lines.append(
+            f"{node.name}={node.op}[{target}]({_describe(node.args)};{_describe(node.kwargs)})"
+        )
+    return "\n".join(lines)
+
+
+def inputs_fingerprint(args: list) -> str:
+    """Metadata tracing depends on: layout, dtype, device, requires_grad and aliasing of tensors;
+    the values of everything else."""
+    storages: dict[int, int] = {}
+    parts = []
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            parts.append(_describe(a))
+            continue
+        if isinstance(a, torch._subclasses.FakeTensor) or not all(
+            isinstance(s, int) for s in a.shape
+        ):
+            raise Uncacheable(f"input {i} is a fake or symbolic tensor")
+        storage = storages.setdefault(a.untyped_storage()._cdata, i)
+        parts.append(
+            f"{type(a).__module__}.{type(a).__qualname__}({tuple(a.shape)},{a.stride()},"
+            f"{a.storage_offset()},{a.dtype},{a.device},{a.requires_grad},{a._is_view()},"
+            f"storage of {storage})"
+        )
+    return "|".join(parts)
+
+
+def _global_state() -> str:
+    """Global settings tracing bakes into a graph."""
+    return (
+        f"{torch.get_default_dtype()}|{torch.is_autocast_enabled('cpu')}|"
+        f"{torch.is_autocast_enabled('cuda')}|{torch.are_deterministic_algorithms_enabled()}"
+    )
+
+
+class _Pickler(pickle.Pickler):
+    """Stores ``torch.ops`` overloads by name: they are not picklable themselves."""
+
+    def persistent_id(self, obj: object) -> tuple[str, str, str] | None:
+        if isinstance(obj, torch._ops.OpOverload):
+            return ("op", obj.namespace, f"{obj._opname}.{obj._overloadname}")
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid: tuple[str, str, str]) -> object:
+        _, namespace, path = pid
+        name, overload = path.split(".")
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+def dumps(obj: object) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def loads(data: bytes) -> object:
+    return _Unpickler(io.BytesIO(data)).load()
+
+
+class PlanCache:
+    """Looks up and stores the plans of one ``aot_autograd`` backend."""
+
+    def __init__(
+        self,
+        codec: ArtifactCodec,
+        decompositions: Mapping | None,
+        partition_fn: Callable,
+    ) -> None:
+        self.codec = codec
+        ops = ",".join(sorted(str(op) for op in decompositions or ()))
+        self._fixed = "\0".join(
+            (
+                str(FORMAT),
+                torch.__version__,
+                source_fingerprint(str(Path(torchkiln.__file__).parent)),
+                codec.salt,
+                ops,
+                stable_name(partition_fn),
+            )
+        )
+
+    def key(self, gm: fx.GraphModule, args: list, training: bool) -> str | None:
+        """The entry's key, or ``None`` when this graph can't be cached."""
+        try:
+            parts = (
+                self._fixed,
+                graph_fingerprint(gm),
+                inputs_fingerprint(args),
+                _global_state(),
+                str(training),
+            )
+        except Uncacheable as e:
+            _not_cached(str(e))
+            return None
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    @staticmethod
+    def _path(key: str) -> Path:
+        return cache_dir() / "aot" / key[:2] / f"{key}.pkl"
+
+    def load(self, key: str) -> tuple[GraphMeta, Any] | None:
+        """The stored plan, ready to run, or ``None``."""
+        path = self._path(key)
+        try:
+            entry = loads(path.read_bytes())
+            meta = entry["meta"]
+            forward = self.codec.load(entry["forward"])
+            if entry["kind"] == "inference":
+                plan: Any = forward
+            else:
+                plan = TrainingPlan(
+                    meta=meta,
+                    forward=forward,
+                    backward_graph=None,
+                    backward_compiler=None,
+                    num_fwd_outputs=entry["num_fwd_outputs"],
+                    differentiable=entry["differentiable"],
+                    grad_inputs=entry["grad_inputs"],
+                    _backward=self.codec.load(entry["backward"]),
+                )
+        except FileNotFoundError:
+            counters["aot_cache"]["misses"] += 1
+            return None
+        except Exception as e:  # a damaged or stale entry: rebuild it
+            logs.artifact("aot_cache", "discarding unreadable entry %s: %s", path, e)
+            counters["aot_cache"]["misses"] += 1
+            discard(path)
+            return None
+        counters["aot_cache"]["hits"] += 1
+        logs.artifact("aot_cache", "hit %s", key)
+        return meta, plan
+
+    def store_inference(self, key: str, meta: GraphMeta, compiled: Callable) -> None:
+        self._store(key, {"kind": "inference", "meta": meta, "forward": compiled})
+
+    def store_training(self, key: str, plan: TrainingPlan) -> None:
+        self._store(
+            key,
+            {
+                "kind": "training",
+                "meta": plan.meta,
+                "forward": plan.forward,
+                "backward": plan.backward(),
+                "num_fwd_outputs": plan.num_fwd_outputs,
+                "differentiable": plan.differentiable,
+                "grad_inputs": plan.grad_inputs,
+            },
+        )
+
+    def _store(self, key: str, entry: dict[str, Any]) -> None:
+        """Store an entry; a plan that can't be stored still runs, so failures are only logged."""
+        for graph in ("forward", "backward"):
+            if graph in entry:
+                entry[graph] = self.codec.dump(entry[graph])
+                if entry[graph] is None:
+                    _not_cached(f"the backend can't store its {graph} graph")
+                    return
+        try:
+            write_atomic(self._path(key), dumps(entry))
+        except (
+            Exception
+        ) as e:  # unpicklable values (a local class as output container), disk errors
+            _not_cached(f"{type(e).__name__}: {e}")
+            return
+        counters["aot_cache"]["stores"] += 1
+        logs.artifact("aot_cache", "stored %s", key)
+
+
+def _not_cached(why: str) -> None:
+    counters["aot_cache"]["uncacheable"] += 1
+    logs.artifact("aot_cache", "not cached: %s", why)

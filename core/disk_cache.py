@@ -1,0 +1,63 @@
+"""Where compiled artifacts live on disk, and how they get there safely.
+
+Everything torchkiln and its plugins keep between processes goes under
+:func:`cache_dir`: ``$TORCHKILN_CACHE_DIR`` if set, else
+``$XDG_CACHE_HOME/torchkiln`` (``~/.cache/torchkiln``). Entries are written
+to a private temporary file and renamed into place, so concurrent processes
+never read a half-written entry; a reader treats an entry it cannot read as
+missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """The root folder of torchkiln's on-disk caches (read from the environment each call)."""
+    root = os.environ.get("TORCHKILN_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "torchkiln"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def discard(path: Path) -> None:
+    """Remove a damaged entry so that it gets rebuilt; never fails."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+@functools.cache
+def source_fingerprint(package_dir: str) -> str:
+    """A hash of every source file of a package: a cache entry is only valid for the code
+    that produced it, so editing the compiler (or upgrading it) invalidates its entries."""
+    h = hashlib.sha256()
+    root = Path(package_dir)
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".h", ".cpp") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
