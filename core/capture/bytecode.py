@@ -65,12 +65,13 @@ class Instr:
 
 def disassemble(code: types.CodeType) -> list[Instr]:
     """``code``'s instructions, ``EXTENDED_ARG`` folded, jumps and handlers linked."""
-    raw = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
+    every = list(dis.get_instructions(code))
+    raw = [i for i in every if i.opname != "EXTENDED_ARG"]
     instrs: list[Instr] = []
     by_offset: dict[int, Instr] = {}
     prefix_start: dict[int, int] = {}
     pending = None
-    for inst in dis.get_instructions(code):
+    for inst in every:
         if inst.opname == "EXTENDED_ARG":
             pending = inst.offset if pending is None else pending
             continue

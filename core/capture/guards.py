@@ -192,10 +192,14 @@ class GuardSet:
 
     def source(self, params: str) -> str:
         """The text of the guard and first-failure functions (``TORCHKILN_LOGS=guards``)."""
+        guard, failure = self._function_texts(params)
+        return f"{guard}\n{failure}"
+
+    def _function_texts(self, params: str) -> tuple[str, str]:
         exprs = self.hoisted_exprs()
         body = "\n        and ".join(exprs) or "True"
-        lines = [f"def ___guard({params}):", f"    return (\n        {body}\n    )", ""]
-        lines.append(f"def ___first_failure({params}):")
+        guard = f"def ___guard({params}):\n    return (\n        {body}\n    )\n"
+        lines = [f"def ___first_failure({params}):"]
         for i, expr in enumerate(exprs):
             lines.append("    try:")
             lines.append(f"        if not ({expr}):")
@@ -203,14 +207,25 @@ class GuardSet:
             lines.append("    except Exception as e:")
             lines.append(f"        return ___descriptions[{i}] + f' (raised {{type(e).__name__}})'")
         lines.append("    return None")
-        return "\n".join(lines) + "\n"
+        return guard, "\n".join(lines) + "\n"
 
     def compile(self, params: str, filename: str) -> tuple[Any, Any, str]:
-        """Generate both functions; returns ``(guard, first_failure, source text)``."""
-        text = self.source(params)
-        self.ns["___descriptions"] = [g.description for g in self.ordered()]
-        exec(compile(text, filename, "exec"), self.ns)
-        return self.ns["___guard"], self.ns["___first_failure"], text
+        """Generate both functions; returns ``(guard, first_failure, source text)``.
+
+        ``first_failure`` is compiled on its first call: only a cache miss needs it,
+        and compiling a frame's try/except per guard was most of a warm start's guard cost.
+        """
+        guard_text, failure_text = self._function_texts(params)
+        ns = self.ns
+        ns["___descriptions"] = [g.description for g in self.ordered()]
+        exec(compile(guard_text, filename, "exec"), ns)
+
+        def first_failure(*args: Any) -> str | None:
+            if "___first_failure" not in ns:
+                exec(compile(failure_text, filename, "exec"), ns)
+            return ns["___first_failure"](*args)
+
+        return ns["___guard"], first_failure, f"{guard_text}\n{failure_text}"
 
 
 def _device_check(source: str, device: torch.device, guards: GuardSet) -> str:
