@@ -15,6 +15,7 @@ second pass and break the graph there (see ``graph_break.py``).
 from __future__ import annotations
 
 import dis
+import functools
 import inspect
 import operator
 import sys
@@ -68,6 +69,14 @@ class RealCellVariable(V.VariableTracker):
         self.override: V.VariableTracker | None = None
 
 
+@functools.lru_cache(maxsize=4096)
+def _instructions(code: types.CodeType) -> tuple[tuple[dis.Instruction, ...], dict[int, int]]:
+    """``code``'s instructions and the index of each offset, read-only and shared: a model
+    inlines the same functions many times (disassembling them was 20% of a warm HF start)."""
+    instructions = tuple(dis.get_instructions(code))
+    return instructions, {inst.offset: i for i, inst in enumerate(instructions)}
+
+
 class Translator:
     """Interprets one code object on variable trackers; see the module docstring."""
 
@@ -90,8 +99,7 @@ class Translator:
         self.cells: dict[str, V.VariableTracker] = dict(zip(code.co_freevars, closure))
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
-        self.instructions = list(dis.get_instructions(code))
-        self.index_of = {inst.offset: i for i, inst in enumerate(self.instructions)}
+        self.instructions, self.index_of = _instructions(code)
         self.stack: list[V.VariableTracker] = []
         self.ip = 0
         self.current: dis.Instruction | None = None

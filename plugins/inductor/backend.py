@@ -54,8 +54,12 @@ _EXTRA_DECOMPOSITIONS = (
 )
 
 
+@functools.cache
 def decompositions() -> dict:
-    """Decomposition table for the AOT layer: core aten, keeping what we lower whole."""
+    """Decomposition table for the AOT layer: core aten, keeping what we lower whole.
+
+    Built once per process and shared by every compile (read it, don't modify it).
+    """
     from torch._decomp import get_decompositions
 
     import torchkiln.aot as aot
