@@ -38,6 +38,10 @@ from .ir import (
 )
 from .lowering import EXTERN_OPS, LOWERINGS, RANDOM_OPS, Unlowerable
 
+#: 2-D convolutions run on channels-last tensors: oneDNN's NCHW path reorders the input and
+#: weight into a blocked layout on every call (~25% of a small ResNet's step on one thread)
+CONVOLUTION = torch.ops.aten.convolution.default
+
 #: realize an elementwise value used by several consumers once it costs this much
 REUSE_COST = 4
 #: never inline bodies costlier than this (keeps kernels and compile time bounded)
@@ -53,6 +57,8 @@ class GraphLowering(Interpreter):
         self.current_node: Node | None = None
         self._counter = 0
         self._position = 0
+        # graphs with 2-D convolutions keep their 4-D intermediates channels-last
+        self.channels_last = any(_is_conv2d(n) for n in gm.graph.nodes)
 
     # -- public ---------------------------------------------------------------
     def lower(self) -> GraphIR:
@@ -71,12 +77,17 @@ class GraphLowering(Interpreter):
         """Store ``value`` in a buffer (no-op for values already in storage)."""
         if isinstance(value, StorageView) and (layout is None or value.layout() == layout):
             return value
-        layout = layout or Layout.contiguous(value.size, value.dtype, value.device)
+        layout = layout or self._default_layout(value)
         buf = ComputedBuffer(
             self.new_name(), layout, Pointwise(value.size, value.loader(), value.dtype)
         )
         self.ir.buffers.append(buf)
         return StorageView.of(buf)
+
+    def _default_layout(self, value: TensorValue) -> Layout:
+        if self.channels_last and len(value.size) == 4:
+            return channels_last_layout(value.size, value.dtype, value.device)
+        return Layout.contiguous(value.size, value.dtype, value.device)
 
     def reduction(self, data: Reduction, device: torch.device) -> StorageView:
         layout = Layout.contiguous(data.ranges, data.dtype, device)
@@ -132,6 +143,8 @@ class GraphLowering(Interpreter):
         if target is operator.getitem and isinstance(args[0], (list, tuple)):
             return args[0][args[1]]
         meta = self.current_node.meta.get("val") if self.current_node is not None else None
+        if self.channels_last and self.current_node is not None and _is_conv2d(self.current_node):
+            return self._conv_channels_last(args, kwargs, meta)
         reason = self._why_not_lowered(target, args, kwargs, meta)
         if reason is None:
             try:
@@ -155,8 +168,29 @@ class GraphLowering(Interpreter):
                         tuple(meta.shape), tuple(meta.stride()), value.dtype, value.device
                     )
                 value = self.realize(value, layout)
+            elif self.channels_last and isinstance(value, StorageView):
+                value = self._eager_strides(value, meta)
             self.ir.outputs.append(value)
         return values
+
+    def _conv_channels_last(self, args, kwargs, meta: torch.Tensor) -> StorageView:
+        """The convolution as an aten call on channels-last input and weight (a copy kernel
+        where they are not, which fuses into the producer's kernel); it returns channels-last."""
+        x, weight, *rest = args
+        x, weight = (
+            self.realize(v, channels_last_layout(v.size, v.dtype, v.device)) for v in (x, weight)
+        )
+        layout = channels_last_layout(tuple(meta.shape), meta.dtype, meta.device)
+        return self.fallback(CONVOLUTION, (x, weight, *rest), kwargs, meta, "extern kernel", layout)
+
+    def _eager_strides(self, value: StorageView, meta: Any) -> StorageView:
+        """A 4-D output made channels-last here, copied back to the strides eager gives it."""
+        if not isinstance(meta, torch.Tensor) or len(value.size) != 4:
+            return value
+        layout = Layout(tuple(meta.shape), tuple(meta.stride()), value.dtype, value.device)
+        if value.layout() == layout or value.layout() != self._default_layout(value):
+            return value
+        return self.realize(value, layout)
 
     # -- fallbacks -------------------------------------------------------------------
     def _why_not_lowered(self, target, args, kwargs, meta) -> str | None:
@@ -173,8 +207,11 @@ class GraphLowering(Interpreter):
                 return f"dtype {value.dtype} has no C++ lowering"
         return None
 
-    def fallback(self, target, args, kwargs, meta, reason: str) -> Any:
-        """Run ``target`` as an aten call from the wrapper."""
+    def fallback(
+        self, target, args, kwargs, meta, reason: str, layout: Layout | None = None
+    ) -> Any:
+        """Run ``target`` as an aten call from the wrapper (``layout``: of its tensor result,
+        if not the one eager gives)."""
         op_name = str(target)
         if reason != "extern kernel":
             self.ir.fallbacks.setdefault(op_name, reason)
@@ -183,9 +220,8 @@ class GraphLowering(Interpreter):
         ext_kwargs = {k: self._extern_arg(v) for k, v in kwargs.items()}
         name = self.new_name()
         if isinstance(meta, torch.Tensor):
-            ext = ExternKernel(
-                name, Layout.of_tensor(meta), target, ext_args, ext_kwargs, reason, mutates
-            )
+            layout = layout or Layout.of_tensor(meta)
+            ext = ExternKernel(name, layout, target, ext_args, ext_kwargs, reason, mutates)
             self.ir.buffers.append(ext)
             return StorageView.of(ext)
         ext = ExternKernel(name, None, target, ext_args, ext_kwargs, reason, mutates)
@@ -222,6 +258,26 @@ class GraphLowering(Interpreter):
                 "list", [self.realize(v) if isinstance(v, TensorValue) else v for v in value]
             )
         return ExternArg("const", value)
+
+
+def channels_last_layout(size, dtype: torch.dtype, device: torch.device) -> Layout:
+    """NCHW sizes, NHWC order in memory (torch.channels_last)."""
+    n, c, h, w = (int(s) for s in size)
+    return Layout((n, c, h, w), (h * w * c, 1, w * c, c), dtype, device)
+
+
+def _is_conv2d(node: Node) -> bool:
+    """A 2-D, non-transposed convolution of a float tensor."""
+    if node.target is not CONVOLUTION:
+        return False
+    meta = node.meta.get("val")
+    transposed = node.args[6] if len(node.args) > 6 else False
+    return (
+        isinstance(meta, torch.Tensor)
+        and meta.dim() == 4
+        and meta.dtype.is_floating_point
+        and not transposed
+    )
 
 
 def _check_device(t: torch.Tensor) -> None:

@@ -835,6 +835,55 @@ def _layer_norm(g, meta, x, normalized_shape, weight, bias, eps):
     return [out, mean_out, rstd_out]
 
 
+@register(aten._native_batch_norm_legit.default)
+def _batch_norm_inference(g, meta, x, weight, bias, running_mean, running_var, training, _, eps):
+    """Batch norm with running statistics (eval mode), as eager computes it: a per-channel
+    scale and shift (two small [C] buffers), then one multiply-add per element that fuses
+    with the convolution's epilogue (ReLU, residual add) instead of an aten pass of its own."""
+    if training:
+        raise Unlowerable("batch norm in training mode")
+    out_meta, mean_meta, rstd_meta = meta
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    channels = (x.size[1],)
+    load_mean, load_var = _channel_loader(running_mean, work), _channel_loader(running_var, work)
+    load_w, load_b = _channel_loader(weight, work), _channel_loader(bias, work)
+
+    def scale_of(index):
+        rstd = ops.rsqrt(ops.add(load_var(index), ops.constant(eps, work)))
+        return rstd if load_w is None else ops.mul(load_w(index), rstd)
+
+    scale = g.realize(PointwiseValue(channels, work, x.device, scale_of, 4))
+    load_scale = scale.loader()
+
+    def shift_of(index):
+        shift = ops.neg(ops.mul(load_mean(index), load_scale(index)))
+        return shift if load_b is None else ops.add(load_b(index), shift)
+
+    load_shift = g.realize(PointwiseValue(channels, work, x.device, shift_of, 3)).loader()
+    load_x = broadcast_loader(x, x.size, work)
+
+    def body(index):
+        c = [index[1]]
+        v = ops.add(ops.mul(load_x(index), load_scale(c)), load_shift(c))
+        return ops.to_dtype(v, out_meta.dtype)
+
+    out = PointwiseValue(x.size, out_meta.dtype, x.device, body, 2 + cost_of(x))
+    return [out, _constant_value(mean_meta, 0), _constant_value(rstd_meta, 0)]
+
+
+def _channel_loader(v: TensorValue | None, work: torch.dtype):
+    """Read a [C] tensor (or None) at a one-element index, in ``work``."""
+    if v is None:
+        return None
+    load, src = v.loader(), compute_dtype(v.dtype)
+
+    def read(index):
+        value = load(index)
+        return value if src == work else ops.to_dtype(value, work)
+
+    return read
+
+
 # ---------------------------------------------------------------------------
 # views: new strides on stored values, index functions on computed ones
 # ---------------------------------------------------------------------------

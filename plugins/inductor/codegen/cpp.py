@@ -927,11 +927,10 @@ class CppKernel:
         n = acc.names
         if acc.reduction_type == "welford":
             b = n[0]
-            merge = f"kiln_welford_combine({n[0]}[0], {n[1]}[0], {n[2]}[0], {n[0]}[l], {n[1]}[l], {n[2]}[l]);"
+            lane0 = f"{n[0]}[0], {n[1]}[0], {n[2]}[0]"
             return [
-                f"for (int l = 0; l < {lanes}; ++l) {n[2]}[l] = {b}_count;",
-                f"for (int l = 1; l < {lanes}; ++l) {{ {merge} }}",
-                f"kiln_welford_combine({n[0]}[0], {n[1]}[0], {n[2]}[0], {b}_tmean, {b}_tm2, {b}_tw);",
+                f"kiln_welford_merge_lanes({n[0]}, {n[1]}, {b}_count, {lane0});",
+                f"kiln_welford_combine({lane0}, {b}_tmean, {b}_tm2, {b}_tw);",
             ]
         elif acc.reduction_type in ("argmax", "argmin"):
             body = f"kiln_{acc.reduction_type}_update({n[0]}[0], {n[1]}[0], {n[0]}[l], {n[1]}[l]);"

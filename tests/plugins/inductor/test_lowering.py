@@ -56,6 +56,33 @@ def test_float_erf_keeps_sign_nan_and_saturates_like_eager():
     assert torch.equal(torch.signbit(erf[1:10]), torch.signbit(torch.erf(x[1:10])))  # +-0 too
 
 
+def test_eval_batch_norm_is_one_fused_kernel_with_its_relu():
+    x, w, b, mean = torch.randn(4, 6, 5, 7), torch.randn(6), torch.randn(6), torch.randn(6)
+    var = torch.rand(6)
+    x[0, 0, 0, 0] = float("nan")
+
+    def fn(x, w, b, mean, var):
+        out = torch.ops.aten._native_batch_norm_legit(x, w, b, mean, var, False, 0.1, 1e-5)[0]
+        return out.relu()
+
+    compiled = check(fn, x, w, b, mean, var)
+    assert not compiled.fallbacks
+    assert kernel_count(compiled) == 2  # per-channel scale and shift, then the elementwise pass
+
+
+def test_convolutions_run_channels_last_and_outputs_keep_eager_strides():
+    x, w1, w2 = torch.randn(2, 3, 9, 9), torch.randn(8, 3, 3, 3), torch.randn(8, 8, 1, 1)
+
+    def fn(x, w1, w2):
+        y = torch.ops.aten.convolution(x, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        z = torch.ops.aten.convolution(y.relu(), w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        return y, z + 1
+
+    compiled = check(fn, x, w1, w2, rtol=1e-5, atol=1e-5)
+    assert "(648, 1, 72, 8)" in compiled.artifact.output_code()  # y, channels-last inside
+    assert all(out.is_contiguous() for out in compiled(x, w1, w2))
+
+
 def test_views_of_computed_values_compose_index_functions():
     check(
         lambda a: (a + 1).view(4, 6, 5).permute(2, 0, 1).reshape(30, 4)[::2, 1:] * 3,
