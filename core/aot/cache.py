@@ -106,10 +106,14 @@ def _describe(value: object) -> str:
     raise Uncacheable(f"graph argument {value!r} of type {type(value).__name__}")
 
 
+def _require_real(t: torch.Tensor, what: str) -> None:
+    if isinstance(t, torch._subclasses.FakeTensor) or not all(isinstance(s, int) for s in t.shape):
+        raise Uncacheable(f"{what} is a fake or symbolic tensor")
+
+
 def _describe_constant(t: torch.Tensor) -> str:
     """A tensor baked into the graph: its layout and the hash of its contents."""
-    if isinstance(t, torch._subclasses.FakeTensor) or not all(isinstance(s, int) for s in t.shape):
-        raise Uncacheable("a fake or symbolic tensor constant")
+    _require_real(t, "a tensor constant")
     data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
     digest = hashlib.sha256(data).hexdigest()
     return f"tensor({tuple(t.shape)},{t.stride()},{t.dtype},{t.device},{t.requires_grad},{digest})"
@@ -144,10 +148,7 @@ def inputs_fingerprint(args: list) -> str:
         if not isinstance(a, torch.Tensor):
             parts.append(_describe(a))
             continue
-        if isinstance(a, torch._subclasses.FakeTensor) or not all(
-            isinstance(s, int) for s in a.shape
-        ):
-            raise Uncacheable(f"input {i} is a fake or symbolic tensor")
+        _require_real(a, f"input {i}")
         storage = storages.setdefault(a.untyped_storage()._cdata, i)
         parts.append(
             f"{type(a).__module__}.{type(a).__qualname__}({tuple(a.shape)},{a.stride()},"

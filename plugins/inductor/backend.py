@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 
+from torchkiln import logs
 from torchkiln.aot import ArtifactCodec
 from torchkiln.exc import NotImplementedYet
 from torchkiln.plugin import source_fingerprint
@@ -85,6 +86,12 @@ def _dump(compiled: Callable) -> GraphArtifact | None:
     return compiled.artifact if isinstance(compiled, CompiledGraph) else None
 
 
+def _load(artifact: GraphArtifact) -> CompiledGraph:
+    if logs.enabled("output_code"):
+        logs.artifact("output_code", "(from the plan cache)\n%s", artifact.output_code())
+    return artifact.load()
+
+
 def plan_codec(options: InductorOptions) -> ArtifactCodec | None:
     """How compiled graphs are stored in the plan cache; ``None`` (no caching) when tracing:
     a cached plan would skip writing the trace."""
@@ -93,7 +100,7 @@ def plan_codec(options: InductorOptions) -> ArtifactCodec | None:
     salt = "|".join(
         ("inductor", repr(options), source_fingerprint(str(Path(__file__).parent)), toolchain_id())
     )
-    return ArtifactCodec(salt, dump=_dump, load=GraphArtifact.load)
+    return ArtifactCodec(salt, dump=_dump, load=_load)
 
 
 def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) -> Callable:

@@ -67,9 +67,7 @@ class GraphArtifact:
         return CompiledGraph(ns["call"], self)
 
     def load(self) -> CompiledGraph:
-        """The callable, from a stored artifact."""
-        if logs.enabled("output_code"):
-            logs.artifact("output_code", "(from the plan cache)\n%s", self.output_code())
+        """The callable: the kernels' library from the C++ cache (built if missing), bound."""
         lib = load_library(self.cpp_source, self.opt_level) if self.kernels else None
         return self.bind(lib)
 
@@ -189,9 +187,7 @@ def compile_fx(
 ) -> CompiledGraph:
     """Compile an aten-level graph into a callable."""
     options = options or InductorOptions()
-    artifact = generate(gm, example_inputs, options).artifact
-    lib = load_library(artifact.cpp_source, artifact.opt_level) if artifact.kernels else None
-    return artifact.bind(lib)
+    return generate(gm, example_inputs, options).artifact.load()
 
 
 def _output_node(gm: GraphModule):
