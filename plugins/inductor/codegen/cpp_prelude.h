@@ -220,23 +220,21 @@ template <typename T> static inline void kiln_argmin_update(T& val, int64_t& idx
 // erf: a rational approximation for float (at most 4.5e-7 from the exact value, branch-free so
 // loops vectorize); the library function for double. erf is odd: it is computed on |x| clamped
 // to 4 (NaN passes through) and the sign copied back, one compare and blend where clamping
-// both ends took four compares and two blends.
+// both ends took four compares and two blends. Both polynomials in y = x^2 are evaluated by
+// Estrin's scheme: independent pairs instead of one Horner chain of dependent FMAs, which
+// left the GELU + layer-norm loop waiting on FMA latency.
 static inline float kiln_erf(float x) {
   float a = std::fabs(x);
   float c = a > 4.f ? 4.f : a;
-  float x2 = c * c;
-  float p = -2.72614225801306e-10f;
-  p = p * x2 + 2.77068142495902e-08f;
-  p = p * x2 - 2.10102402082508e-06f;
-  p = p * x2 - 5.69250639462346e-05f;
-  p = p * x2 - 7.34990630326855e-04f;
-  p = p * x2 - 2.95459980854025e-03f;
-  p = p * x2 - 1.60960333262415e-02f;
-  float q = -1.45660718464996e-05f;
-  q = q * x2 - 2.13374055278905e-04f;
-  q = q * x2 - 1.68282697438203e-03f;
-  q = q * x2 - 7.37332916720468e-03f;
-  q = q * x2 - 1.42647390514189e-02f;
+  float y = c * c;
+  float y2 = y * y;
+  float y4 = y2 * y2;
+  float p = (-1.60960333262415e-02f - 2.95459980854025e-03f * y)
+          + y2 * (-7.34990630326855e-04f - 5.69250639462346e-05f * y)
+          + y4 * ((-2.10102402082508e-06f + 2.77068142495902e-08f * y) - 2.72614225801306e-10f * y2);
+  float q = (-1.42647390514189e-02f - 7.37332916720468e-03f * y)
+          + y2 * (-1.68282697438203e-03f - 2.13374055278905e-04f * y)
+          - 1.45660718464996e-05f * y4;
   return std::copysign(c * p / q, x);
 }
 static inline double kiln_erf(double x) { return std::erf(x); }
