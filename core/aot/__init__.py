@@ -33,10 +33,16 @@ The convention every compiler gets, forward, backward and inference alike:
   the real inputs), then the user's tensor outputs that are not views of an
   input (the runtime rebuilds those as views), then the values saved for
   backward. An inference graph is the same without the saved values.
+  ``gm.meta["num_user_outputs"]`` counts the outputs before the saved values:
+  those must have the strides eager gives them, the saved values may have
+  any (a compiler that keeps them in its own layout, channels-last say,
+  avoids copying them back).
 * Backward graph: placeholders are the saved values, then the incoming
   gradients (contiguous, one per forward output that requires grad);
   outputs are the gradients of the inputs that require grad, in input order
-  (an input autograd gives no gradient is left out).
+  (an input autograd gives no gradient is left out). It is compiled on the
+  first backward call, and its ``example_inputs`` have the strides of that
+  call's tensors: the saved values as the compiled forward produced them.
 * Graphs are traced with static shapes; random ops are neither decomposed by
   the default table nor recomputed, so a fixed seed gives eager's numbers.
 

@@ -99,6 +99,7 @@ class _AOTCompiled:
             joint = trace_joint(self.gm, meta, fakes, mode, self.decompositions)
             _log_graph("joint graph", joint.gm)
             fw_gm, bw_gm = self.partition_fn(joint.gm, joint.num_fwd_outputs)
+            fw_gm.meta["num_user_outputs"] = joint.num_fwd_outputs
             _log_graph("forward graph", fw_gm)
             return meta, TrainingPlan(
                 meta=meta,

@@ -251,7 +251,7 @@ class PlanCache:
                     num_fwd_outputs=entry["num_fwd_outputs"],
                     differentiable=entry["differentiable"],
                     grad_inputs=entry["grad_inputs"],
-                    _backward=self.codec.load(entry["backward"]),
+                    compiled_backward=self.codec.load(entry["backward"]),
                 )
         except FileNotFoundError:
             counters["aot_cache"]["misses"] += 1
@@ -275,7 +275,7 @@ class PlanCache:
                 "kind": "training",
                 "meta": plan.meta,
                 "forward": plan.forward,
-                "backward": plan.backward(),
+                "backward": plan.compiled_backward,
                 "num_fwd_outputs": plan.num_fwd_outputs,
                 "differentiable": plan.differentiable,
                 "grad_inputs": plan.grad_inputs,

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta
@@ -37,7 +38,7 @@ def example_inputs_of(gm: fx.GraphModule) -> list:
 class TrainingPlan:
     """Everything one training call needs; shared by all calls of a compiled graph.
 
-    A plan loaded from the plan cache comes with its compiled ``_backward``
+    A plan loaded from the plan cache comes with its ``compiled_backward``
     and no graph; a fresh one compiles ``backward_graph`` on first use and
     then calls ``on_backward_compiled(plan)`` (which stores the whole plan).
     """
@@ -49,22 +50,52 @@ class TrainingPlan:
     num_fwd_outputs: int
     differentiable: tuple[int, ...]
     grad_inputs: tuple[int, ...]
-    _backward: Callable | None = field(default=None, repr=False)
+    compiled_backward: Callable | None = field(default=None, repr=False)
     on_backward_compiled: Callable[[TrainingPlan], None] | None = field(default=None, repr=False)
 
-    def backward(self) -> Callable:
-        if self._backward is None:
+    def backward(self, args: Sequence[torch.Tensor]) -> Callable:
+        """The compiled backward, compiled on first use for the strides of ``args``."""
+        if self.compiled_backward is None:
             assert self.backward_graph is not None and self.backward_compiler is not None
             if logs.enabled("aot_graphs"):
                 logs.artifact(
                     "aot_graphs", "backward graph:\n%s", self.backward_graph.print_readable(False)
                 )
-            self._backward = self.backward_compiler(
-                self.backward_graph, example_inputs_of(self.backward_graph)
-            )
+            examples = [
+                _with_strides_of(fake, real)
+                for fake, real in zip(example_inputs_of(self.backward_graph), args)
+            ]
+            self.compiled_backward = self.backward_compiler(self.backward_graph, examples)
             if self.on_backward_compiled is not None:
                 self.on_backward_compiled(self)
-        return self._backward
+        return self.compiled_backward
+
+
+def _with_strides_of(fake: Any, real: Any) -> Any:
+    """``fake`` restrided like ``real``: the forward's compiler chose the layouts of the
+    saved values (traced ones are eager's), and a backward compiled for other strides
+    would copy every saved value on every call. Overlapping or gapped layouts stay traced."""
+    if (
+        not isinstance(fake, FakeTensor)
+        or not isinstance(real, torch.Tensor)
+        or fake.shape != real.shape
+        or fake.stride() == real.stride()
+        or not _dense(real)
+    ):
+        return fake
+    with fake.fake_mode:
+        return torch.empty_strided(real.shape, real.stride(), dtype=fake.dtype, device=fake.device)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill its storage span exactly once (a permuted contiguous layout)."""
+    expected = 1
+    for dim in sorted(range(t.dim()), key=t.stride):
+        if t.size(dim) != 1:
+            if t.stride(dim) != expected:
+                return False
+            expected *= t.size(dim)
+    return True
 
 
 _DOUBLE_BACKWARD = (
@@ -108,7 +139,7 @@ class CompiledFunction(torch.autograd.Function):
         saved = ctx.saved_tensors
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
-            got = plan.backward()(*saved, *tangents)
+            got = plan.backward([*saved, *tangents])(*saved, *tangents)
         grads: list = [None] * ctx.num_args
         for i, g in zip(plan.grad_inputs, got):
             grads[i] = g

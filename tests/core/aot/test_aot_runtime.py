@@ -150,3 +150,34 @@ def test_a_new_value_of_a_non_tensor_input_gets_its_own_graph() -> None:
     torch.testing.assert_close(compiled(x, 3), x * 3)
     torch.testing.assert_close(compiled(x, 4), x * 4)
     assert len(fw.graphs) == 2
+
+
+def test_backward_is_compiled_for_the_strides_the_forward_saved() -> None:
+    """A forward compiler may keep saved values in its own layout (not the user outputs):
+    the backward compiler then sees those strides, and gradients are unchanged."""
+
+    def saved_channels_last(gm: fx.GraphModule, example_inputs: list):
+        num_user = gm.meta["num_user_outputs"]
+
+        def run(*args):
+            outs = list(gm(*args))
+            return [
+                o.contiguous(memory_format=torch.channels_last) if k >= num_user else o
+                for k, o in enumerate(outs)
+            ]
+
+        return run
+
+    def fn(x, w):
+        return (x * w).sin().sum(1)
+
+    x, w = torch.randn(2, 3, 4, 5, requires_grad=True), torch.randn(1, 3, 1, 1, requires_grad=True)
+    bw = RecordingCompiler()
+    compiled = aot_autograd(fw_compiler=saved_channels_last, bw_compiler=bw)(
+        fx.symbolic_trace(fn), [x, w]
+    )
+    grads = torch.autograd.grad(compiled(x, w).sum(), [x, w])
+    torch.testing.assert_close(grads, torch.autograd.grad(fn(x, w).sum(), [x, w]))
+    saved = [t for t in bw.example_inputs[0] if t.dim() == 4 and t.shape[1] == 3 and t.shape[2] > 1]
+    assert saved and all(t.is_contiguous(memory_format=torch.channels_last) for t in saved)
+    assert not any(t.is_contiguous() for t in saved)

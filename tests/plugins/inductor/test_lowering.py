@@ -3,7 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from inductor_testing import check, compile_fn, kernel_count
+from inductor_testing import aten_graph, check, compile_fn, kernel_count
+
+from torchkiln_inductor.compile_fx import compile_fx
+from torchkiln_inductor.options import parse_options
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
@@ -85,6 +88,36 @@ def test_convolutions_run_channels_last_and_outputs_keep_eager_strides():
     compiled = check(fn, x, w1, w2, rtol=1e-5, atol=1e-5)
     assert "(648, 1, 72, 8)" in compiled.artifact.output_code()  # y, channels-last inside
     assert all(out.is_contiguous() for out in compiled(x, w1, w2))
+
+
+def test_convolution_backward_runs_channels_last_and_gradients_match_eager():
+    grad, x, w = torch.randn(2, 8, 9, 9), torch.randn(2, 3, 9, 9), torch.randn(8, 3, 3, 3)
+
+    def fn(grad, x, w):
+        gx, gw, _ = torch.ops.aten.convolution_backward(
+            grad.relu(), x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]
+        )
+        return gx * 2, gw
+
+    compiled = check(fn, grad, x, w, rtol=1e-4, atol=1e-4)
+    assert "(243, 1, 27, 3)" in compiled.artifact.output_code()  # grad_input channels-last
+    assert all(out.is_contiguous() for out in compiled(grad, x, w))
+
+
+def test_saved_outputs_keep_the_channels_last_layout():
+    """Outputs past ``num_user_outputs`` are saved for backward: no copy back to eager strides."""
+    x, w = torch.randn(2, 3, 9, 9), torch.randn(8, 3, 3, 3)
+
+    def fn(x, w):
+        y = torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return y.sum(), y
+
+    gm = aten_graph(fn, x, w)
+    gm.meta["num_user_outputs"] = 1
+    total, saved = compile_fx(gm, [x, w], parse_options({}))(x, w)
+    torch.testing.assert_close(saved, fn(x, w)[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(total, fn(x, w)[0], rtol=1e-4, atol=1e-3)
+    assert saved.is_contiguous(memory_format=torch.channels_last) and not saved.is_contiguous()
 
 
 def test_views_of_computed_values_compose_index_functions():
