@@ -196,9 +196,13 @@ class WrapperCodegen:
             free = pool.get(self._pool_key(buf))
             if free:
                 old = free.pop()
-                lines.append(
-                    f"{buf.name} = _view({old}, {lay.size}, {lay.stride}, 0)  # reuses {old}"
-                )
+                old_lay = self._buf(old).layout
+                if (old_lay.size, old_lay.stride) == (lay.size, lay.stride):
+                    lines.append(f"{buf.name} = {old}  # reuses {old}")  # no as_strided call
+                else:
+                    lines.append(
+                        f"{buf.name} = _view({old}, {lay.size}, {lay.stride}, 0)  # reuses {old}"
+                    )
             else:
                 lines.append(f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype})")
             owned.add(buf.name)
