@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import operator
 import types
@@ -371,6 +372,25 @@ _HANDLERS: dict[Any, Any] = {
     math.ceil: _scalar(math.ceil),
     math.sqrt: _scalar(math.sqrt),
 }
+
+
+def _signature(
+    tx: Translator, fn: V.VariableTracker, **kwargs: V.VariableTracker
+) -> V.VariableTracker:
+    """``inspect.signature(fn)``: a constant, as ``fn`` is fixed by its identity guard (or by
+    the guarded object whose class it was read from). A bound method's signature does not
+    depend on the object it is bound to, so any object stands in for it."""
+    if isinstance(fn, V.UserFunctionVariable):
+        target = fn.value
+    elif isinstance(fn, V.UserMethodVariable) and isinstance(fn.fn, types.FunctionType):
+        target = types.MethodType(fn.fn, object())
+    else:
+        raise Unsupported(f"inspect.signature of {fn.describe()}")
+    return fold(inspect.signature, target, **{k: v.as_python_constant() for k, v in kwargs.items()})
+
+
+#: Standard-library functions written in Python that are modelled here instead of inlined.
+PYTHON_FUNCTIONS: dict[Any, Any] = {inspect.signature: _signature}
 
 
 def _is_plain_user_class(cls: type) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections.abc
 import enum
+import inspect
 import operator
 import types
 from typing import TYPE_CHECKING, Any
@@ -95,10 +96,13 @@ CONSTANT_TYPES = (
     frozenset,
 )
 
+#: Immutable by design (slots, no setters): ``inspect.signature`` results and their parts.
+IMMUTABLE_TYPES = (inspect.Signature, inspect.Parameter)
+
 
 def is_constant_value(value: Any) -> bool:
     """Immutable Python values the translator can compute with at capture time."""
-    if isinstance(value, enum.Enum):
+    if isinstance(value, (enum.Enum, *IMMUTABLE_TYPES)):
         return True
     if type(value) in CONSTANT_TYPES:
         if isinstance(value, (slice, frozenset)):
@@ -133,6 +137,10 @@ class ConstantVariable(VariableTracker):
             raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}") from e
         if is_constant_value(attr):
             return ConstantVariable(attr)
+        if isinstance(attr, types.MappingProxyType) and isinstance(self.value, IMMUTABLE_TYPES):
+            # ``Signature.parameters``: a read-only view that the immutable owner never changes
+            source = f"{tx.output.guards.bind(self.value, 'const')}.{name}"
+            return ReadOnlyDictVariable({k: ConstantVariable(v) for k, v in attr.items()}, source)
         if callable(attr):
             return BuiltinVariable(attr)
         raise Unsupported(f"attribute {name!r} of {type(self.value).__name__}")
@@ -318,6 +326,9 @@ class TupleVariable(ContainerVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
+DICT_MUTATORS = ("__setitem__", "update", "pop", "setdefault", "clear", "popitem", "__delitem__")
+
+
 class DictVariable(VariableTracker):
     """A dict with constant keys; mutations of a dict with a source are replayed."""
 
@@ -345,15 +356,7 @@ class DictVariable(VariableTracker):
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         items = self.items
         consts = [a.as_python_constant() if a.is_constant() else a for a in args[:1]]
-        if name in (
-            "__setitem__",
-            "update",
-            "pop",
-            "setdefault",
-            "clear",
-            "popitem",
-            "__delitem__",
-        ):
+        if name in DICT_MUTATORS:
             tx.output.side_effects.mutate(self)
         if name == "__setitem__":
             items[consts[0]] = args[1]
@@ -394,6 +397,21 @@ class DictVariable(VariableTracker):
         else:
             raise Unsupported(f"dict.{name}")
         return ConstantVariable(None)
+
+
+class ReadOnlyDictVariable(DictVariable):
+    """A ``types.MappingProxyType`` of constants: read like a dict, writes refused as Python does.
+
+    ``source`` reads the real proxy, so a rebuilt value is the proxy itself.
+    """
+
+    def python_type(self) -> type:
+        return types.MappingProxyType
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name in DICT_MUTATORS:
+            raise Unsupported(f"mappingproxy.{name} (a read-only mapping)")
+        return super().call_method(tx, name, args, kwargs)
 
 
 class SetVariable(VariableTracker):
@@ -587,9 +605,18 @@ def _is_torch_module(module: types.ModuleType) -> bool:
 
 
 class UserFunctionVariable(ValueVariable):
-    """A user Python function: calls are inlined into the graph being built."""
+    """A user Python function: calls are inlined into the graph being built.
+
+    A few standard-library functions are not inlined but modelled
+    (``builtins.PYTHON_FUNCTIONS``), ``inspect.signature`` for one.
+    """
 
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        from torchkiln.capture.builtins import PYTHON_FUNCTIONS
+
+        handler = PYTHON_FUNCTIONS.get(self.value)
+        if handler is not None:
+            return handler(tx, *args, **kwargs)
         return tx.inline_call(self.value, args, kwargs)
 
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
@@ -724,14 +751,14 @@ class UserObjectVariable(ValueVariable):
             return tx.output.wrap(
                 self.value.__dict__[name], f"{self.source}.{name}" if self.source else None
             )
+        if binds_to_real_object(class_attr):  # first: the ``Mapping`` mixins are functions too
+            return method_of_real_object(tx, class_attr, self)
         if isinstance(class_attr, types.FunctionType):
             return UserMethodVariable(class_attr, self)
         if isinstance(class_attr, staticmethod):
             return tx.output.wrap(class_attr.__func__, None)
         if isinstance(class_attr, classmethod):
             return UserMethodVariable(class_attr.__func__, ClassVariable(self.cls))
-        if binds_to_real_object(class_attr):
-            return method_of_real_object(tx, class_attr, self)
         if class_attr is not _MISSING:
             if hasattr(class_attr, "__get__"):  # slots, cached_property...: read natively
                 raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
@@ -803,7 +830,17 @@ class GradModeVariable(VariableTracker):
         self.prev = prev  # set when the mode is already applied (set_grad_enabled)
 
     def python_type(self) -> type:
-        return torch.autograd.grad_mode.set_grad_enabled
+        if self.prev is not None:
+            return torch.set_grad_enabled
+        return torch.enable_grad if self.mode else torch.no_grad
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """``__class__`` and ``mode``: what ``clone()`` reads when ``@torch.no_grad()`` runs."""
+        if name == "__class__":
+            return tx.output.wrap(self.python_type(), None)
+        if name == "mode" and self.prev is not None:
+            return ConstantVariable(self.mode)
+        return super().var_getattr(tx, name)
 
     def enter(self, tx: Translator) -> VariableTracker:
         prev = self.prev if self.prev is not None else tx.output.grad_enabled
@@ -848,7 +885,15 @@ class GradModeExitVariable(VariableTracker):
 
 
 #: Methods that only read a mapping: on a real object they are answered at capture time.
-PURE_LOOKUPS = (dict.get, dict.__getitem__, collections.abc.Mapping.get)
+PURE_LOOKUPS = (
+    dict.get,
+    dict.__getitem__,
+    dict.__contains__,
+    collections.abc.Mapping.get,
+    collections.abc.Mapping.__contains__,
+)
+#: The ``collections.abc`` mixins among them: they read the mapping through its ``__getitem__``.
+_MAPPING_MIXINS = (collections.abc.Mapping.get, collections.abc.Mapping.__contains__)
 _C_METHODS = (types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
@@ -879,13 +924,44 @@ def method_of_real_object(tx: Translator, attr: Any, obj: VariableTracker) -> Va
     return tx.output.wrap(attr.__get__(obj.value, type(obj.value)), None)
 
 
+def _runs_user_code(cls: type, method: Any) -> Any:
+    """The user function a lookup ``method`` on a ``cls`` instance would run, or None.
+
+    The mixins call ``__getitem__`` and ``dict.__getitem__`` calls ``__missing__``;
+    C code and standard-library code read only the mapping's own storage.
+    """
+    if method in _MAPPING_MIXINS:
+        hook = "__getitem__"
+    elif method is dict.__getitem__:
+        hook = "__missing__"
+    else:
+        return None
+    fn = _class_lookup(cls, hook)
+    if isinstance(fn, types.FunctionType) and not _is_stdlib_module(fn.__module__):
+        return fn
+    return None
+
+
+def _is_stdlib_module(module: str | None) -> bool:
+    from torchkiln.capture.builder import is_stdlib
+
+    return is_stdlib(module)
+
+
 class LookupVariable(VariableTracker):
     """``mapping.get(key)`` and the like on a real mapping (a registry): looked up now.
 
     The result's source is the call itself, ``___lookup(L_self, 'key')``, so
-    the guards that protect the result run the lookup again on every call. Only
-    while nothing the frame changed is pending, with keys that are literals or
-    objects read through a source.
+    the guards that protect the result run the lookup again on every call,
+    with keys that are literals or objects read through a source.
+
+    The real object is in its state before the frame ran; the frame's pending
+    changes (``side_effects``) are not applied yet. C and standard-library
+    lookups read only the mapping's own storage, which the frame cannot change
+    (a dict subclass's storage is only written natively), so they are exact at
+    any point. A mixin over a user ``__getitem__`` could read anything: once
+    the frame has changed something, that ``__getitem__`` is inlined instead
+    (a missing key ends in a graph break).
     """
 
     def __init__(self, method: Any, obj: VariableTracker):
@@ -894,8 +970,14 @@ class LookupVariable(VariableTracker):
 
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         obj = self.obj
-        if kwargs or tx.output.side_effects.events or not isinstance(obj, ValueVariable):
+        if kwargs or not isinstance(obj, ValueVariable) or not args:
             raise Unsupported(f"calling {self.describe()} here")
+        user_code = _runs_user_code(obj.python_type(), self.method)
+        if user_code is not None and tx.output.side_effects.events:
+            if self.method not in _MAPPING_MIXINS:  # ``__missing__`` runs only for a missing key
+                raise Unsupported(f"calling {self.describe()} after the frame changed state")
+            value = tx.inline_call(user_code, [obj, args[0]], {})
+            return ConstantVariable(True) if self.method is _MAPPING_MIXINS[1] else value
         texts = [
             literal_repr(a) or (a.source if isinstance(a, ValueVariable) else None) for a in args
         ]
