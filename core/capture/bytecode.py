@@ -16,6 +16,7 @@ under a Python that has no torch.
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import types
 from dataclasses import dataclass
@@ -63,9 +64,17 @@ class Instr:
         return f"Instr({self.opname} {self.argval!r}{where} @{self.offset})"
 
 
+@functools.lru_cache(maxsize=4096)
+def instructions(code: types.CodeType) -> tuple[dis.Instruction, ...]:
+    """``dis.get_instructions(code)``, computed once per code object and shared read-only:
+    a model inlines, breaks in and resumes the same functions many times, and ``dis`` is
+    slow (a fifth of a warm HF start when every inline disassembled again)."""
+    return tuple(dis.get_instructions(code))
+
+
 def disassemble(code: types.CodeType) -> list[Instr]:
     """``code``'s instructions, ``EXTENDED_ARG`` folded, jumps and handlers linked."""
-    every = list(dis.get_instructions(code))
+    every = instructions(code)
     raw = [i for i in every if i.opname != "EXTENDED_ARG"]
     instrs: list[Instr] = []
     by_offset: dict[int, Instr] = {}

@@ -25,6 +25,7 @@ import torch
 from torchkiln import logs
 from torchkiln.capture import variables as V
 from torchkiln.capture.codegen import FrameCodegen
+from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import GuardSet
 from torchkiln.capture.output_graph import OutputGraph
 from torchkiln.capture.signature import frame_param_names, params_text
@@ -57,11 +58,20 @@ class Trace:
     return_value: V.VariableTracker | None
 
 
-def translate(fn: types.FunctionType, args: tuple, break_step: int | None = None) -> Trace:
-    """Run the translator over ``fn``'s code, with ``args`` as the frame's locals."""
+def translate(
+    fn: types.FunctionType,
+    args: tuple,
+    break_step: int | None = None,
+    replay: FakePropagation | None = None,
+) -> Trace:
+    """Run the translator over ``fn``'s code, with ``args`` as the frame's locals.
+
+    ``replay`` is the fake propagation of an earlier translation of the same call (see
+    ``fakes``); an ``Unsupported`` raised here carries this one's as ``fakes``.
+    """
     code = fn.__code__
     guards = GuardSet({})
-    output = OutputGraph(guards)
+    output = OutputGraph(guards, replay)
     try:
         names = frame_param_names(code)
         f_locals = {name: output.wrap(value, local) for (name, local), value in zip(names, args)}
@@ -88,6 +98,7 @@ def translate(fn: types.FunctionType, args: tuple, break_step: int | None = None
                 e.args = (f"{e.reason} at {e.location}",)
             e.root_steps = tx.steps  # type: ignore[attr-defined]
             e.guards = guards  # type: ignore[attr-defined]
+            e.fakes = output.fakes  # type: ignore[attr-defined]
             raise
     except Unsupported as e:
         if not hasattr(e, "guards"):
@@ -201,7 +212,7 @@ def capture_frame(fn: types.FunctionType, args: tuple, cfg: Any) -> CacheEntry:
         guards = getattr(e, "guards", None) or (trace.guards if trace else GuardSet({}))
         steps = getattr(e, "root_steps", None)
         if steps is not None:
-            entry = capture_with_break(fn, args, cfg, steps, error)
+            entry = capture_with_break(fn, args, cfg, steps, error, e.fakes)
             if entry is not None:
                 return entry
         return eager_entry(fn, guards, error)

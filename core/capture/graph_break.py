@@ -36,6 +36,7 @@ from torchkiln.capture import variables as V
 from torchkiln.capture.builder import is_stdlib
 from torchkiln.capture.capture import CacheEntry, compile_graph_of, finish_entry, translate
 from torchkiln.capture.codegen import FrameCodegen
+from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.resume import ITER, NULL, VALUE, handler_at, resume_code
 from torchkiln.capture.signature import params_text
 from torchkiln.exc import Unsupported
@@ -102,11 +103,19 @@ class CallThroughDispatch:
 
 
 def capture_with_break(
-    fn: types.FunctionType, args: tuple, cfg: Any, steps: int, error: Unsupported
+    fn: types.FunctionType,
+    args: tuple,
+    cfg: Any,
+    steps: int,
+    error: Unsupported,
+    replay: FakePropagation | None = None,
 ) -> CacheEntry | None:
-    """Translate again up to root step ``steps`` and break the graph there; None if that fails."""
+    """Translate again up to root step ``steps`` and break the graph there; None if that fails.
+
+    ``replay`` is the first translation's fake propagation, whose results the second reuses.
+    """
     try:
-        trace = translate(fn, args, break_step=steps)
+        trace = translate(fn, args, break_step=steps, replay=replay)
         if trace.return_value is not None:
             return None
         return _break_entry(fn, trace, cfg, error)

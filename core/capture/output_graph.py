@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchkiln.capture import variables as V
+from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import GuardSet
 from torchkiln.exc import Unsupported
 
@@ -85,9 +85,9 @@ class SideEffects:
 class OutputGraph:
     """The graph under construction and everything needed to call it later."""
 
-    def __init__(self, guards: GuardSet):
+    def __init__(self, guards: GuardSet, replay: FakePropagation | None = None):
         self.graph = torch.fx.Graph()
-        self.fake_mode = FakeTensorMode()
+        self.fakes = FakePropagation(replay)
         self.guards = guards
         self.inputs: list[tuple[str, torch.Tensor, torch.fx.Node]] = []
         self.side_effects = SideEffects()
@@ -117,7 +117,7 @@ class OutputGraph:
         )
         with ctx:
             node = self.graph.placeholder(name)
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        fake = self.fakes.from_tensor(value)
         node.meta["example_value"] = fake
         self.inputs.append((source, value, node))
         self.guards.tensor(source, value)
@@ -131,11 +131,7 @@ class OutputGraph:
         fake_kwargs = {k: to_fake(v) for k, v in kwargs.items()}
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         try:
-            with self.fake_mode:
-                if kind == "call_method":
-                    example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
-                else:
-                    example = target(*fake_args, **fake_kwargs)
+            example = self.fakes.run(kind, target, fake_args, fake_kwargs)
         except Unsupported:
             raise
         except Exception as e:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from torchkiln.capture import bytecode
 from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture import variables as V
 from torchkiln.capture.builder import is_stdlib
@@ -71,9 +72,8 @@ class RealCellVariable(V.VariableTracker):
 
 @functools.lru_cache(maxsize=4096)
 def _instructions(code: types.CodeType) -> tuple[tuple[dis.Instruction, ...], dict[int, int]]:
-    """``code``'s instructions and the index of each offset, read-only and shared: a model
-    inlines the same functions many times (disassembling them was 20% of a warm HF start)."""
-    instructions = tuple(dis.get_instructions(code))
+    """``code``'s instructions and the index of each offset, read-only and shared."""
+    instructions = bytecode.instructions(code)
     return instructions, {inst.offset: i for i, inst in enumerate(instructions)}
 
 
