@@ -565,16 +565,11 @@ class Translator:
             found = item.as_python_constant() in container.value._modules
         elif isinstance(container, V.TensorVariable) or isinstance(item, V.TensorVariable):
             raise Unsupported("'in' with a tensor compares values (data-dependent)")
-        elif (
-            _is_native_container(container)
-            and V.literal_repr(item) is not None
-            and not self.output.side_effects.events
-        ):
-            # a user mapping with C-level __contains__ (a dict subclass, say): answered now on
-            # the real object (nothing the frame changed is pending), read through the test
-            # itself as its source, so the guards re-run it and a changed mapping recompiles
-            source = f"({V.literal_repr(item)} in {container.source})"
-            found = self.output.wrap(item.as_python_constant() in container.value, source).value
+        elif _is_native_container(container) and V.literal_repr(item) is not None:
+            # a user mapping with C-level or mixin __contains__ (a dict subclass, a registry):
+            # a lookup (``LookupVariable``) whose guard re-runs it, so a changed mapping recompiles
+            contains = self.getattr(container, "__contains__")
+            found = self.call_function(contains, [item], {}).as_python_constant()
         else:
             items = self.unpack_iterable(container)
             value = item.as_python_constant()

@@ -556,6 +556,9 @@ class OpaqueVariable(ValueVariable):
         raise Unsupported(f"calling {self.describe()} (C function or untraceable callable)")
 
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        class_attr = _class_lookup(type(self.value), name)
+        if is_pure_lookup(class_attr):  # ``os.environ.get(key)``: a guard re-runs the lookup
+            return LookupVariable(class_attr, self)
         return OpaqueAttributeVariable(self, name)
 
 

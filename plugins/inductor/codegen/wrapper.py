@@ -143,9 +143,7 @@ class WrapperCodegen:
                 f"seeds = torch.randint(-2**62, 2**62, ({g.num_seeds},), dtype=torch.int64)"
             )
         last = self._last_reads()
-        self._kernel_reads = set().union(
-            *(self._reads_of(s) for s in self.schedule.steps if isinstance(s, FusedKernel))
-        )
+        self._strided_reads = self._kernel_reads_and_views()
         pool: dict[tuple, list[str]] = {}
         owned: set[str] = set()
         bound: set[str] = set()
@@ -232,10 +230,22 @@ class WrapperCodegen:
         return lines
 
     def _checked_layout(self, buf: Buffer) -> list[str]:
-        """Kernels index an extern result with the strides tracing predicted: make sure of them."""
-        if buf.layout.storage_numel() <= 1 or buf.name not in self._kernel_reads:
+        """Kernels and views index an extern result with the strides tracing predicted (an
+        op's fake kernel can disagree with its real one): make sure of them."""
+        if buf.layout.storage_numel() <= 1 or buf.name not in self._strided_reads:
             return []
         return [f"{buf.name} = _fix_layout({buf.name}, {buf.layout.stride})"]
+
+    def _kernel_reads_and_views(self) -> set[str]:
+        """Buffers whose strides matter: read by a kernel, or passed on as a strided view."""
+        names: set[str] = set()
+        views = [v for v in self.graph.outputs if isinstance(v, StorageView)]
+        for step in self.schedule.steps:
+            if isinstance(step, FusedKernel):
+                names |= self._reads_of(step)
+            else:
+                views += step.kernel.tensor_args()
+        return names | {v.buffer.name for v in views if not v.is_whole_buffer()}
 
     def _outputs(self) -> str:
         items = []

@@ -3,6 +3,7 @@ methods: the patterns behind HuggingFace models' graph breaks."""
 
 import collections.abc
 import inspect
+import os
 
 import pytest
 import torch
@@ -107,6 +108,26 @@ def test_mixin_lookup_without_side_effects_is_guarded(backend):
     x = torch.randn(3)
     assert_same(compiled(x), x * 3)
     assert_graph_count(backend, 2, "after the local override")
+
+
+def test_in_on_a_registry_after_a_pending_side_effect_stays_in_the_graph(backend):
+    def fn(x):
+        STATE.flag = True
+        return x * 2 if "double" in FUNCTIONS else x
+
+    check_compiled(fn, lambda: (torch.randn(3),), backend=backend, graphs=1, breaks=0)
+
+
+def test_environment_lookup_is_guarded(backend, monkeypatch):
+    def fn(x):
+        return x * 2 if os.environ.get("TORCHKILN_TEST_DOUBLE") == "1" else x * 3
+
+    monkeypatch.setenv("TORCHKILN_TEST_DOUBLE", "1")
+    compiled = check_compiled(fn, lambda: (torch.randn(3),), backend=backend, graphs=1, breaks=0)
+    monkeypatch.setenv("TORCHKILN_TEST_DOUBLE", "0")  # the guard re-reads it: a recompile
+    x = torch.randn(3)
+    assert_same(compiled(x), x * 3)
+    assert_graph_count(backend, 2, "after the variable changed")
 
 
 def apply_chunked(forward_fn, *tensors):

@@ -120,6 +120,21 @@ def test_saved_outputs_keep_the_channels_last_layout():
     assert saved.is_contiguous(memory_format=torch.channels_last) and not saved.is_contiguous()
 
 
+def test_views_of_an_extern_result_follow_its_real_strides():
+    """The fake kernel predicts attention's output layout from its input's (transposed) strides;
+    the real kernel gets our contiguous buffer and answers contiguous. The view of its result
+    that feeds mm must index the real strides (it read garbage before)."""
+
+    def fn(x, wq, w):
+        q = (x @ wq).view(2, 64, 4, 32).transpose(1, 2) * 2
+        out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return out.transpose(1, 2).reshape(128, 128) @ w
+
+    check(
+        fn, torch.randn(128, 128), torch.randn(128, 128), torch.randn(128, 16), rtol=1e-4, atol=1e-4
+    )
+
+
 def test_views_of_computed_values_compose_index_functions():
     check(
         lambda a: (a + 1).view(4, 6, 5).permute(2, 0, 1).reshape(30, 4)[::2, 1:] * 3,
