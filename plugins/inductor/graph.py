@@ -7,7 +7,9 @@ or with an argument combination its lowering does not handle, becomes an
 :class:`~.ir.ExternKernel` aten call. Elementwise values stay unstored and are
 inlined into their consumers, unless they are expensive and used more than
 once (then they are *realized* into a buffer). Output values are stored with
-the strides eager would give them.
+the strides eager would give them, except values saved for backward (past
+``gm.meta["num_user_outputs"]``), which keep ours: the AOT layer compiles the
+backward for the strides the forward produced.
 """
 
 from __future__ import annotations
