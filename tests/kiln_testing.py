@@ -23,6 +23,14 @@ import torch.fx as fx
 import torchkiln
 
 
+class ScaleRegistry(dict):
+    """A dict subclass whose method reaches a C method through ``super()``, as transformers'
+    registries do: the pattern behind several of the HF models' lookups."""
+
+    def get(self, key):
+        return super().get(str(key)) or 1.0
+
+
 class RecordingBackend:
     """A backend that records every graph it is given and runs it unchanged.
 

@@ -139,7 +139,8 @@ class CompiledFunction(torch.autograd.Function):
         saved = ctx.saved_tensors
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
-            got = plan.backward([*saved, *tangents])(*saved, *tangents)
+            args = (*saved, *tangents)
+            got = plan.backward(args)(*args)
         grads: list = [None] * ctx.num_args
         for i, g in zip(plan.grad_inputs, got):
             grads[i] = g

@@ -10,7 +10,7 @@ import functools
 import torch
 
 import torchkiln
-from kiln_testing import check_compiled
+from kiln_testing import ScaleRegistry, check_compiled
 
 SCALE = 3.0
 
@@ -338,13 +338,6 @@ def test_decorator_usage_of_compile(backend):
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), helper_add_scale(x, x).cos())
     assert backend.graph_count == 1, f"expected 1 graph, got {backend.graph_count}"
-
-
-class ScaleRegistry(dict):
-    """A dict subclass whose method reaches a C method through super(), as transformers does."""
-
-    def get(self, key):
-        return super().get(str(key)) or 1.0
 
 
 SCALES = ScaleRegistry({"2": 3.0})

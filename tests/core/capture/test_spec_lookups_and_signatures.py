@@ -9,7 +9,13 @@ import pytest
 import torch
 
 import torchkiln
-from kiln_testing import assert_graph_count, assert_same, check_compiled, graph_break_count
+from kiln_testing import (
+    ScaleRegistry,
+    assert_graph_count,
+    assert_same,
+    check_compiled,
+    graph_break_count,
+)
 
 
 class State:
@@ -21,14 +27,7 @@ class State:
 STATE = State()
 
 
-class NameRegistry(dict):
-    """A dict subclass whose ``get`` reaches ``dict.get`` through ``super()``."""
-
-    def get(self, key):
-        return super().get(str(key)) or 1.0
-
-
-SCALES = NameRegistry({"2": 3.0})
+SCALES = ScaleRegistry({"2": 3.0})
 
 
 def test_c_lookup_in_a_registry_is_answered_after_a_pending_side_effect(backend):
