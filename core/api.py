@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torchkiln import config
+from torchkiln.disk_cache import Uncacheable, stable_name
 from torchkiln.exc import BackendCompilerFailed, InvalidOptionError, NotImplementedYet
 from torchkiln.plugin import MODES, Backend
 from torchkiln.registry import ensure_usable, lookup_backend
@@ -54,6 +55,32 @@ class GraphCompiler:
                 )
                 return gm.forward
             raise BackendCompilerFailed(self.name, graph_text, e) from e
+
+    def cache_key(self) -> str | None:
+        """The backend and its options as text that means the same in every process, or None.
+
+        Captures are kept on disk under it (``capture.persist``): only a backend found by an
+        importable name, with options made of plain values, gets one.
+        """
+        try:
+            name = stable_name(self.compile_fn)
+        except Uncacheable:
+            return None
+        options = sorted(self.options.items())
+        if not _is_plain(options):
+            return None
+        return f"{self.name}|{name}|{options!r}"
+
+
+def _is_plain(value: Any) -> bool:
+    """Made of str, int, float, bool, None, tuples, lists and dicts: ``repr`` is stable."""
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if type(value) in (tuple, list):
+        return all(_is_plain(v) for v in value)
+    if type(value) is dict:
+        return all(_is_plain(k) and _is_plain(v) for k, v in value.items())
+    return False
 
 
 def compile(

@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import os
+import pickle
+import sys
 import tempfile
 from pathlib import Path
+
+import torch
 
 
 def cache_dir() -> Path:
@@ -61,3 +66,53 @@ def source_fingerprint(package_dir: str) -> str:
             h.update(str(path.relative_to(root)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+class Uncacheable(Exception):
+    """This value can't be named stably across processes (the message says why)."""
+
+
+def stable_name(fn: object) -> str:
+    """A name that finds ``fn`` again in another process: ``module:qualname`` or an op's name."""
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"op:{fn}"
+    owner = getattr(fn, "__objclass__", None)  # methods of C types: TensorBase.add
+    name = getattr(fn, "__name__", None)
+    if owner is not None and name and getattr(owner, name, None) is fn:
+        return f"{stable_name(owner)}.{name}"
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    for path in (getattr(fn, "__qualname__", None), name):
+        if module is None or not path or "<" in path:
+            continue
+        found: object = module
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        if found is fn:
+            return f"{module.__name__}:{path}"
+    raise Uncacheable(f"{fn!r} has no importable name")
+
+
+class _Pickler(pickle.Pickler):
+    """Stores ``torch.ops`` overloads by name: they are not picklable themselves."""
+
+    def persistent_id(self, obj: object) -> tuple[str, str, str] | None:
+        if isinstance(obj, torch._ops.OpOverload):
+            return ("op", obj.namespace, f"{obj._opname}.{obj._overloadname}")
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid: tuple[str, str, str]) -> object:
+        _, namespace, path = pid
+        name, overload = path.split(".")
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+def dumps(obj: object) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def loads(data: bytes) -> object:
+    return _Unpickler(io.BytesIO(data)).load()

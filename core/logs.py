@@ -21,6 +21,7 @@ ARTIFACTS = {
     "aot_graphs": "the joint, forward and backward graphs of the AOT-autograd layer",
     "output_code": "the code a backend generated (kernels and wrapper)",
     "aot_cache": "the on-disk plan cache: hits, stores, and why a graph was not cached",
+    "capture_cache": "captures kept on disk: loads, stores, and why a capture was not kept",
     "backends": "plugin discovery: which plugins loaded, which failed and why",
 }
 

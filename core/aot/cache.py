@@ -25,9 +25,6 @@ read or unpickled is a miss, and is deleted so that it gets rebuilt.
 from __future__ import annotations
 
 import hashlib
-import io
-import pickle
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +38,16 @@ from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta
 from torchkiln.aot.runtime import TrainingPlan
 from torchkiln.capture.cache import counters
-from torchkiln.disk_cache import cache_dir, discard, source_fingerprint, write_atomic
+from torchkiln.disk_cache import (
+    Uncacheable,
+    cache_dir,
+    discard,
+    dumps,
+    loads,
+    source_fingerprint,
+    stable_name,
+    write_atomic,
+)
 
 #: Bump when the entry layout changes.
 FORMAT = 1
@@ -59,30 +65,6 @@ class ArtifactCodec:
     salt: str
     dump: Callable[[Callable], Any]
     load: Callable[[Any], Callable]
-
-
-class Uncacheable(Exception):
-    """This graph can't be named stably across processes (the message says why)."""
-
-
-def stable_name(fn: object) -> str:
-    """A name that finds ``fn`` again in another process: ``module:qualname`` or an op's name."""
-    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return f"op:{fn}"
-    owner = getattr(fn, "__objclass__", None)  # methods of C types: TensorBase.add
-    name = getattr(fn, "__name__", None)
-    if owner is not None and name and getattr(owner, name, None) is fn:
-        return f"{stable_name(owner)}.{name}"
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    for path in (getattr(fn, "__qualname__", None), name):
-        if module is None or not path or "<" in path:
-            continue
-        found: object = module
-        for part in path.split("."):
-            found = getattr(found, part, None)
-        if found is fn:
-            return f"{module.__name__}:{path}"
-    raise Uncacheable(f"{fn!r} has no importable name")
 
 
 def _describe(value: object) -> str:
@@ -164,32 +146,6 @@ def _global_state() -> str:
         f"{torch.get_default_dtype()}|{torch.is_autocast_enabled('cpu')}|"
         f"{torch.is_autocast_enabled('cuda')}|{torch.are_deterministic_algorithms_enabled()}"
     )
-
-
-class _Pickler(pickle.Pickler):
-    """Stores ``torch.ops`` overloads by name: they are not picklable themselves."""
-
-    def persistent_id(self, obj: object) -> tuple[str, str, str] | None:
-        if isinstance(obj, torch._ops.OpOverload):
-            return ("op", obj.namespace, f"{obj._opname}.{obj._overloadname}")
-        return None
-
-
-class _Unpickler(pickle.Unpickler):
-    def persistent_load(self, pid: tuple[str, str, str]) -> object:
-        _, namespace, path = pid
-        name, overload = path.split(".")
-        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
-
-
-def dumps(obj: object) -> bytes:
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    return buf.getvalue()
-
-
-def loads(data: bytes) -> object:
-    return _Unpickler(io.BytesIO(data)).load()
 
 
 class PlanCache:

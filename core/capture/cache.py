@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from torchkiln import config, logs
+from torchkiln.capture import persist
 from torchkiln.capture.builder import grad_mode_decorated
 from torchkiln.capture.capture import CacheEntry, capture_frame
 from torchkiln.capture.signature import call_original_source, dispatch_source
@@ -174,7 +175,11 @@ def on_miss(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args:
             reasons = "; ".join(_failed_guard(e, fn, args) for e in previous)
             logs.artifact("recompiles", "recompiling %s: %s", where(cache.code), reasons)
     counters["frames"]["total"] += 1
-    entry = capture_frame(fn, args, cfg)
+    entry = persist.load(fn, cfg, args) if config.persist_captures else None
+    if entry is None:
+        entry = capture_frame(fn, args, cfg)
+        if config.persist_captures:
+            persist.store(fn, cfg, entry)
     cache.add(entry, cfg)
     for listener in entry_listeners:
         listener(entry)

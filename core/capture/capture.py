@@ -46,6 +46,9 @@ class CacheEntry:
     break_reasons: list[Unsupported] = field(default_factory=list)
     eager_reason: Unsupported | None = None
     guard_descriptions: list[str] = field(default_factory=list)
+    #: What ``persist`` stores: the guards with their namespace, and the graph's argument sources.
+    guard_set: GuardSet | None = None
+    graph_args: list[str] | None = None
 
 
 @dataclass
@@ -158,6 +161,7 @@ def finish_entry(
         guard_source,
         source,
         guard_descriptions=descriptions,
+        guard_set=trace.guards,
         **extra,
     )
 
@@ -172,7 +176,7 @@ def capture_whole_frame(
     graph_args, graphs = compile_graph_of(trace, codegen, compile_graph)
     tail = [*codegen.grad_mode_statements(), f"return {result}"]
     source = codegen.function_source(params_text(fn.__code__), graph_args, tail)
-    return finish_entry(fn, trace, codegen, source, graphs=graphs)
+    return finish_entry(fn, trace, codegen, source, graphs=graphs, graph_args=graph_args)
 
 
 def eager_entry(fn: types.FunctionType, guards: GuardSet, reason: Unsupported) -> CacheEntry:
@@ -194,6 +198,7 @@ def eager_entry(fn: types.FunctionType, guards: GuardSet, reason: Unsupported) -
         source,
         eager_reason=reason,
         guard_descriptions=descriptions,
+        guard_set=guards,
     )
 
 

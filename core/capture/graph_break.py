@@ -46,15 +46,20 @@ _JUMPS = ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE")
 
 
 class ResumeCall:
-    """Calls a resume function with the parent frame's globals and closure, through dispatch."""
+    """Calls a resume function with the parent frame's globals and closure, through dispatch.
 
-    def __init__(self, code: types.CodeType, cfg: Any, compiled: bool):
+    ``layout`` is ``resume_code``'s arguments after the parent's code: (offset, stack kinds,
+    local names, cell names). They rebuild the same resume code in another process (``persist``).
+    """
+
+    def __init__(self, parent: types.CodeType, layout: tuple, cfg: Any, compiled: bool):
         from torchkiln.capture.cache import frame_cache
 
-        self.code = code
+        self.layout = layout
+        self.code = resume_code(parent, *layout)
         self.cfg = cfg
         self.compiled = compiled
-        self.cache = frame_cache(code)
+        self.cache = frame_cache(self.code)
         self._last: tuple | None = None
 
     def __call__(self, parent: types.FunctionType, *args: Any) -> Any:
@@ -158,8 +163,8 @@ def _break_entry(fn: types.FunctionType, trace: Any, cfg: Any, error: Unsupporte
     handler = handler_at(code, inst.offset)
 
     def resume_call(offset: int, stack_kinds: list[str], values: list[str], compiled: bool) -> str:
-        layout = resume_code(code, offset, tuple(stack_kinds), local_names, cell_names)
-        resume = ResumeCall(layout, cfg, compiled)
+        layout = (offset, tuple(stack_kinds), local_names, cell_names)
+        resume = ResumeCall(code, layout, cfg, compiled)
         name = codegen.bind(resume, "resume")
         passed = [v for v, k in zip(values, stack_kinds) if k != NULL]
         return f"return {name}(___fn, {', '.join([*local_values, *passed, *cell_values])})"
@@ -200,7 +205,9 @@ def _break_entry(fn: types.FunctionType, trace: Any, cfg: Any, error: Unsupporte
         tail.append(resume_call(inst.offset, kinds, slots, False))
     graph_args, graphs = compile_graph_of(trace, codegen, cfg.compile_graph)
     source = codegen.function_source(params_text(code), graph_args, tail)
-    return finish_entry(fn, trace, codegen, source, graphs=graphs, break_reasons=[error])
+    return finish_entry(
+        fn, trace, codegen, source, graphs=graphs, graph_args=graph_args, break_reasons=[error]
+    )
 
 
 _UNARY = {"UNARY_NEGATIVE": "-", "UNARY_INVERT": "~", "UNARY_NOT": "not "}

@@ -11,6 +11,13 @@ share one namespace with the transformed code:
   run only on a cache miss to say which guard failed (``recompiles`` log).
 
 Add a guard kind by adding a method to ``GuardSet`` that emits an expression.
+
+A ``GuardSet`` also notes what another process needs to rebuild its namespace
+(``persist``): the source each identity-guarded object was read through
+(``pins``), whose closure each bound cell is (``cell_owners``), and checks
+that hold by construction in this process but must be verified in another
+(``portable_checks``, e.g. an inlined function's default arguments), and
+the source files of the code the translation read (``code_files``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ class GuardSet:
         self.guards: dict[str, Guard] = {}
         self._bound: dict[int, str] = {}
         self._sources: set[str] = set()
+        self.pins: dict[str, str] = {}
+        self.cell_owners: dict[str, tuple[str, int]] = {}
+        self.portable_checks: list[str] = []
+        self.code_files: set[str] = set()
 
     def bind(self, value: Any, hint: str = "c") -> str:
         """A name in ``ns`` holding ``value`` (reused for the same object)."""
@@ -58,6 +69,14 @@ class GuardSet:
             self.ns[name] = value
             self._bound[id(value)] = name
         return name
+
+    def literal(self, value: Any) -> str:
+        """Source text for a constant: its ``repr`` when that reads back, else a bound name."""
+        if type(value) in (str, int, bool, type(None)) or (
+            type(value) is float and math.isfinite(value)
+        ):
+            return repr(value)
+        return self.bind(value, "v")
 
     def add(self, expr: str, cost: int, description: str) -> None:
         if expr not in self.guards:
@@ -74,9 +93,16 @@ class GuardSet:
     def identity(self, source: str, value: Any) -> None:
         self._sources.add(source)
         what = getattr(value, "__qualname__", None) or type(value).__name__
-        self.add(
-            f"{source} is {self.bind(value, 'id')}", COST_ID, f"{source} is the same {what} object"
-        )
+        name = self.bind(value, "id")
+        self.pins.setdefault(name, source)
+        self.add(f"{source} is {name}", COST_ID, f"{source} is the same {what} object")
+
+    def bind_cell(self, owner: Any, index: int) -> str:
+        """A name for closure cell ``index`` of function ``owner`` (both kept in ``ns``)."""
+        owner_name = self.bind(owner, "fn")  # first: another process rebuilds names in order
+        name = self.bind(owner.__closure__[index], "cell")
+        self.cell_owners.setdefault(name, (owner_name, index))
+        return name
 
     def constant(self, source: str, value: Any) -> None:
         self._sources.add(source)
@@ -95,6 +121,19 @@ class GuardSet:
             self.add(f"{source} != {source}", COST_VALUE, f"{source} is nan")
         else:
             self.add(f"{source} == {self.bind(value, 'v')}", COST_VALUE, f"{source} == {value!r}")
+
+    @property
+    def sources(self) -> frozenset[str]:
+        """Every source a guard reads (``hoisted_exprs`` names them)."""
+        return frozenset(self._sources)
+
+    @classmethod
+    def restored(cls, ns: dict[str, Any], guards: list[Guard], sources: frozenset[str]) -> GuardSet:
+        """The guard set another process recorded (``persist``), over a rebuilt namespace."""
+        restored = cls(ns)
+        restored.guards = {g.expr: g for g in guards}
+        restored._sources = set(sources)
+        return restored
 
     def length(self, source: str, n: int) -> None:
         self.add(f"len({source}) == {n}", COST_VALUE, f"len({source}) == {n}")

@@ -259,8 +259,27 @@ class OutputGraph:
         forward = type(module).forward
         return tx.inline_call(forward, [vt, *args], kwargs)
 
+    def guard_module_keys(self, vt: V.NNModuleVariable, recurse: bool = False) -> None:
+        """Guard the names in ``vt``'s member tables: iterating or indexing a module reads its
+        structure, which identity alone does not fix (a layer appended after capture)."""
+        if vt.source is None:
+            return
+        stack = [(vt.value, vt.source)]
+        while stack:
+            module, source = stack.pop()
+            for table in ("_modules", "_parameters", "_buffers"):
+                if table in module.__dict__:
+                    self.guards.dict_keys(f"{source}.{table}", list(module.__dict__[table]))
+            if recurse:
+                stack += [
+                    (child, f"{source}._modules[{name!r}]")
+                    for name, child in module._modules.items()
+                    if child is not None
+                ]
+
     def module_children(self, vt: V.NNModuleVariable) -> list[V.VariableTracker]:
         module = vt.value
+        self.guard_module_keys(vt)
         if isinstance(module, (torch.nn.Sequential, torch.nn.ModuleList)):
             return [self.module_getattr(vt, name) for name in module._modules]
         if isinstance(module, torch.nn.ModuleDict):
@@ -270,6 +289,7 @@ class OutputGraph:
     def module_members(self, vt: V.NNModuleVariable, name: str, kwargs: dict) -> V.VariableTracker:
         """``parameters()``, ``named_modules()``... evaluated now; each member read through its path."""
         module = vt.value
+        self.guard_module_keys(vt, recurse=True)
         options = {k: v.as_python_constant() for k, v in kwargs.items()}
         named = name.startswith("named_")
         kind = name.removeprefix("named_")
@@ -291,6 +311,7 @@ class OutputGraph:
 
     def module_getitem(self, vt: V.NNModuleVariable, key: Any) -> V.VariableTracker:
         module = vt.value
+        self.guard_module_keys(vt)
         if isinstance(key, slice) and isinstance(
             module, (torch.nn.Sequential, torch.nn.ModuleList)
         ):

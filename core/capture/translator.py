@@ -93,6 +93,7 @@ class Translator:
     ):
         self.output = output
         self.code = code
+        output.guards.code_files.add(code.co_filename)
         self.f_globals = f_globals
         self.globals_expr = globals_expr
         self.locals = f_locals
@@ -295,16 +296,45 @@ class Translator:
             raise Unsupported(
                 f"calling {fn.__module__}.{fn.__qualname__} (standard library, not traced)"
             )
-        defaults = [self.output.wrap(d, None) for d in (fn.__defaults__ or ())]
-        kwdefaults = {k: self.output.wrap(v, None) for k, v in (fn.__kwdefaults__ or {}).items()}
+        defaults, kwdefaults = self._defaults_of(fn)
+        guards = self.output.guards
         closure = [
-            RealCellVariable(cell, f"{self.output.guards.bind(cell, 'cell')}.cell_contents")
-            for cell in (fn.__closure__ or ())
+            RealCellVariable(cell, f"{guards.bind_cell(fn, i)}.cell_contents")
+            for i, cell in enumerate(fn.__closure__ or ())
         ]
-        globals_expr = self.output.guards.bind(fn.__globals__, "G")
+        globals_expr = guards.bind(fn.__globals__, "G")
         return self._inline(
             code, fn.__globals__, globals_expr, args, kwargs, defaults, kwdefaults, closure
         )
+
+    def _defaults_of(self, fn: types.FunctionType) -> tuple[list, dict]:
+        """Trackers for ``fn``'s default arguments.
+
+        Constants are taken as they are (the function's identity is guarded),
+        with a check for another process that loads this capture (``persist``);
+        other objects are read through ``fn.__defaults__`` and guarded like any source.
+        """
+        positional, keyword = fn.__defaults__ or (), fn.__kwdefaults__ or {}
+        if not positional and not keyword:
+            return [], {}
+        guards = self.output.guards
+        name = guards.bind(fn, "fn")
+        wrap, constant = self.output.wrap, V.is_constant_value
+        for read, value in [
+            *((f"{name}.__defaults__[{i}]", d) for i, d in enumerate(positional)),
+            *((f"{name}.__kwdefaults__[{k!r}]", v) for k, v in keyword.items()),
+        ]:
+            if constant(value):
+                guards.portable_checks.append(f"{read} == {guards.literal(value)}")
+        defaults = [
+            wrap(d, None if constant(d) else f"{name}.__defaults__[{i}]")
+            for i, d in enumerate(positional)
+        ]
+        kwdefaults = {
+            k: wrap(v, None if constant(v) else f"{name}.__kwdefaults__[{k!r}]")
+            for k, v in keyword.items()
+        }
+        return defaults, kwdefaults
 
     def inline_nested(
         self, fn: V.NestedFunctionVariable, args: list, kwargs: dict
@@ -562,6 +592,7 @@ class Translator:
         elif isinstance(container, V.NNModuleVariable) and isinstance(
             container.value, torch.nn.ModuleDict
         ):
+            self.output.guard_module_keys(container)
             found = item.as_python_constant() in container.value._modules
         elif isinstance(container, V.TensorVariable) or isinstance(item, V.TensorVariable):
             raise Unsupported("'in' with a tensor compares values (data-dependent)")

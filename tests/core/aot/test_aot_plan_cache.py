@@ -9,8 +9,9 @@ from aot_testing import RecordingCompiler
 
 import torchkiln
 from torchkiln.aot import ArtifactCodec, aot_autograd
-from torchkiln.aot.cache import PlanCache, graph_fingerprint, stable_name
+from torchkiln.aot.cache import PlanCache, graph_fingerprint
 from torchkiln.aot.partition import min_cut_partition
+from torchkiln.disk_cache import stable_name
 
 
 def gelu_mlp(x, w, b):
