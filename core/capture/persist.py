@@ -168,12 +168,17 @@ def store(fn: types.FunctionType, cfg: Any, entry: CacheEntry) -> None:
     try:
         record = _record_of(entry)
         previous = [r for r in _read(path) if _fresh(r.files) and not _same(r, record)]
-        data = dumps((FORMAT, [*previous[-config.cache_size_limit + 1 :], record]))
+        records = [*previous, record][-max(config.cache_size_limit, 1) :]
+        data = dumps((FORMAT, records))
     except (Uncacheable, pickle.PicklingError, TypeError, AttributeError) as e:
         _counters()["unportable"] += 1
         logs.artifact("capture_cache", "not kept: %s: %s", fn.__code__.co_qualname, e)
         return
-    write_atomic(path, data)
+    try:
+        write_atomic(path, data)
+    except OSError as e:  # a full or read-only disk costs the next process time, nothing else
+        logs.artifact("capture_cache", "could not write %s: %s", path, e)
+        return
     _counters()["stores"] += 1
 
 
@@ -271,10 +276,9 @@ def _defining_files(value: Any) -> list[str]:
     """The source files that define an imported function or class (its behaviour)."""
     if isinstance(value, types.FunctionType):
         return [value.__code__.co_filename]
-    if isinstance(value, type):
-        module = sys.modules.get(value.__module__)
-        path = getattr(module, "__file__", None)
-        return [path] if path else []
+    if isinstance(value, type):  # class attributes may come from any base class
+        modules = (sys.modules.get(cls.__module__) for cls in value.__mro__)
+        return [path for m in modules if (path := getattr(m, "__file__", None))]
     return []
 
 

@@ -523,8 +523,9 @@ class Translator:
         module = sys.modules.get(inst.argval)
         if module is None:
             raise Unsupported(f"importing {inst.argval} (not imported yet)")
-        top = sys.modules[inst.argval.partition(".")[0]]
-        self.push(V.PythonModuleVariable(top if "." in inst.argval else module))
+        imported = sys.modules[inst.argval.partition(".")[0]] if "." in inst.argval else module
+        # a source, so that what is read from the module is guarded like a global
+        self.push(V.PythonModuleVariable(imported, self.output.guards.bind(imported, "mod")))
 
     def IMPORT_FROM(self, inst: dis.Instruction) -> None:
         self.push(self.getattr(self.stack[-1], inst.argval))

@@ -236,3 +236,12 @@ def test_a_second_process_loads_every_frame_and_trains_like_eager(tmp_path):
     first, second = results
     assert first["stores"] >= 2 and "hits" not in first
     assert second == {"hits": first["stores"]}
+
+
+def test_a_cache_directory_that_cannot_be_written_costs_nothing_but_time(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # the cache directory's path is a file: every write fails
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(blocked))
+    monkeypatch.setattr(torchkiln.config, "persist_captures", True)
+    run_compiled(Stack(2))
+    assert "stores" not in stats()
