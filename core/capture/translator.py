@@ -319,21 +319,15 @@ class Translator:
             return [], {}
         guards = self.output.guards
         name = guards.bind(fn, "fn")
-        wrap, constant = self.output.wrap, V.is_constant_value
-        for read, value in [
-            *((f"{name}.__defaults__[{i}]", d) for i, d in enumerate(positional)),
-            *((f"{name}.__kwdefaults__[{k!r}]", v) for k, v in keyword.items()),
-        ]:
-            if constant(value):
-                guards.portable_checks.append(f"{read} == {guards.literal(value)}")
-        defaults = [
-            wrap(d, None if constant(d) else f"{name}.__defaults__[{i}]")
-            for i, d in enumerate(positional)
-        ]
-        kwdefaults = {
-            k: wrap(v, None if constant(v) else f"{name}.__kwdefaults__[{k!r}]")
-            for k, v in keyword.items()
-        }
+
+        def default(read: str, value: Any) -> V.VariableTracker:
+            if V.is_constant_value(value):
+                guards.check_portably(f"{read} == {guards.literal(value)}")
+                return self.output.wrap(value, None)
+            return self.output.wrap(value, read)
+
+        defaults = [default(f"{name}.__defaults__[{i}]", d) for i, d in enumerate(positional)]
+        kwdefaults = {k: default(f"{name}.__kwdefaults__[{k!r}]", v) for k, v in keyword.items()}
         return defaults, kwdefaults
 
     def inline_nested(
