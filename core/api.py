@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torchkiln import config
+from torchkiln.compiled_module import CompiledModule
 from torchkiln.disk_cache import Uncacheable, stable_name
 from torchkiln.exc import BackendCompilerFailed, InvalidOptionError, NotImplementedYet
 from torchkiln.plugin import MODES, Backend
@@ -96,8 +97,8 @@ def compile(
     """Compile a function or ``nn.Module`` just in time, like ``torch.compile``.
 
     Usable as a call, ``compile(fn)``, and as a decorator with or without
-    arguments. For an ``nn.Module`` it returns a :class:`CompiledModule` that
-    shares the original's parameters, buffers and ``state_dict`` keys.
+    arguments. For an ``nn.Module`` it returns a :class:`CompiledModule`: the
+    module itself to every attribute, method and hook, with ``forward`` compiled.
 
     Args:
         fullgraph: raise ``Unsupported`` instead of breaking the graph.
@@ -126,16 +127,16 @@ def _wrap(
 ) -> Any:
     from torchkiln.capture import optimize
 
+    compile_fn = functools.partial(
+        optimize, compile_graph=graph_compiler, fullgraph=fullgraph, dynamic=dynamic
+    )
     if isinstance(model, torch.nn.Module):
-        compiled_forward = optimize(
-            model.forward, compile_graph=graph_compiler, fullgraph=fullgraph, dynamic=dynamic
-        )
-        return CompiledModule(model, compiled_forward)
+        return CompiledModule(model, compile_fn)
     if not callable(model):
         raise TypeError(
             f"torchkiln.compile expects a function or nn.Module, got {type(model).__name__}"
         )
-    return optimize(model, compile_graph=graph_compiler, fullgraph=fullgraph, dynamic=dynamic)
+    return compile_fn(model)
 
 
 def resolve_backend(
@@ -209,39 +210,3 @@ def _backend_options(
 def _type_name(t: type | tuple[type, ...]) -> str:
     types = t if isinstance(t, tuple) else (t,)
     return " or ".join(x.__name__ for x in types)
-
-
-class CompiledModule(torch.nn.Module):
-    """An ``nn.Module`` whose ``forward`` runs compiled.
-
-    It shares the original module's parameter, buffer and submodule
-    dictionaries, so ``parameters()``, ``state_dict()`` (same keys),
-    ``load_state_dict``, ``.to()`` and optimizers see the original's tensors.
-    Attributes it does not have are read from the original module, which
-    stays reachable as ``_orig_mod``.
-    """
-
-    def __init__(self, mod: torch.nn.Module, compiled_forward: Callable):
-        super().__init__()
-        object.__setattr__(self, "_orig_mod", mod)
-        object.__setattr__(self, "_compiled_forward", compiled_forward)
-        for shared in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
-            self.__dict__[shared] = mod.__dict__[shared]
-        self.training = mod.training
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._compiled_forward(*args, **kwargs)
-
-    def train(self, mode: bool = True) -> CompiledModule:
-        self._orig_mod.train(mode)
-        self.training = mode
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self.__dict__["_orig_mod"], name)
-
-    def __repr__(self) -> str:
-        return f"CompiledModule({self._orig_mod!r})"

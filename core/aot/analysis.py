@@ -67,7 +67,7 @@ def _mutated_inputs(gm: torch.fx.GraphModule, fake_inputs: list, mode: FakeTenso
     copies = fresh_copies(fake_inputs, mode)
     with mode, FunctionalTensorMode():
         f_args = [to_functional(a) for a in copies]
-        gm(*f_args)
+        gm.forward(*f_args)  # not gm(...): that runs the user's global module hooks
         for i, f in enumerate(f_args):
             if not isinstance(f, torch.Tensor):
                 continue
@@ -99,7 +99,7 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
     tensor_inputs = {i: t for i, t in enumerate(copies) if isinstance(t, torch.Tensor)}
     required_grad = {i: t.requires_grad for i, t in tensor_inputs.items()}
     with fake_mode:
-        result = gm(*copies)
+        result = gm.forward(*copies)
     output_container = type(result) if isinstance(result, (tuple, list)) else None
     outputs = [result] if output_container is None else list(result)
 

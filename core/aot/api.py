@@ -31,6 +31,7 @@ from torchkiln.aot.runtime import (
     run_training,
 )
 from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
+from torchkiln.capture.cache import compile_lock
 
 Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]
 
@@ -75,7 +76,9 @@ class _AOTCompiled:
     def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any]:
         key = _plan_key(args)
         if key not in self.plans:
-            self.plans[key] = self._build(args, training=key[0] is not None)
+            with compile_lock:  # built at call time, maybe by several threads at once
+                if key not in self.plans:
+                    self.plans[key] = self._build(args, training=key[0] is not None)
         return self.plans[key]
 
     def _build(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:

@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta
+from torchkiln.capture.cache import compile_lock
 
 Compiler = Callable[[fx.GraphModule, list], Callable]
 
@@ -56,19 +57,24 @@ class TrainingPlan:
     def backward(self, args: Sequence[torch.Tensor]) -> Callable:
         """The compiled backward, compiled on first use for the strides of ``args``."""
         if self.compiled_backward is None:
-            assert self.backward_graph is not None and self.backward_compiler is not None
-            if logs.enabled("aot_graphs"):
-                logs.artifact(
-                    "aot_graphs", "backward graph:\n%s", self.backward_graph.print_readable(False)
-                )
-            examples = [
-                _with_strides_of(fake, real)
-                for fake, real in zip(example_inputs_of(self.backward_graph), args)
-            ]
-            self.compiled_backward = self.backward_compiler(self.backward_graph, examples)
-            if self.on_backward_compiled is not None:
-                self.on_backward_compiled(self)
+            with compile_lock:  # threads running their first backward at once compile it once
+                if self.compiled_backward is None:
+                    self._compile_backward(args)
         return self.compiled_backward
+
+    def _compile_backward(self, args: Sequence[torch.Tensor]) -> None:
+        assert self.backward_graph is not None and self.backward_compiler is not None
+        if logs.enabled("aot_graphs"):
+            logs.artifact(
+                "aot_graphs", "backward graph:\n%s", self.backward_graph.print_readable(False)
+            )
+        examples = [
+            _with_strides_of(fake, real)
+            for fake, real in zip(example_inputs_of(self.backward_graph), args)
+        ]
+        self.compiled_backward = self.backward_compiler(self.backward_graph, examples)
+        if self.on_backward_compiled is not None:
+            self.on_backward_compiled(self)
 
 
 def _with_strides_of(fake: Any, real: Any) -> Any:

@@ -31,7 +31,7 @@ Decompositions = Mapping[Callable, Callable]
 
 
 def _forward_outputs(gm: torch.fx.GraphModule, meta: GraphMeta, f_args: list) -> list:
-    result = gm(*f_args)
+    result = gm.forward(*f_args)  # not gm(...): that runs the user's global module hooks
     outputs = [result] if meta.output_container is None else list(result)
     return [f_args[i] for i in meta.mutated_inputs] + [outputs[i] for i in meta.computed_outputs]
 

@@ -3,9 +3,10 @@
 ``build`` is called by ``OutputGraph.wrap`` for every value the frame reads
 from outside (arguments, globals, closure cells, attributes). Each branch
 says what it guards: identity for objects whose behaviour is fixed by
-identity (functions, classes, modules), type and length for containers
-(whose items are wrapped with their own sources), type for user objects
-(whose attributes are guarded when read), full metadata for tensors.
+identity (functions, classes), type and length for containers (whose items
+are wrapped with their own sources), type for user objects and modules
+(whose attributes are guarded when read; ``training`` too), full metadata
+for tensors.
 """
 
 from __future__ import annotations

@@ -106,6 +106,8 @@ def _len(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
         return V.ConstantVariable(len(obj.items))
     if isinstance(obj, V.SetVariable):
         return V.ConstantVariable(len(obj.values))
+    if isinstance(obj, V.DictViewVariable):
+        return V.ConstantVariable(len(obj.mapping.items))
     if isinstance(obj, V.NNModuleVariable):
         return V.ConstantVariable(len(tx.output.module_children(obj)))
     if obj.is_constant():
@@ -131,19 +133,14 @@ def _enumerate(
     tx: Translator, it: V.VariableTracker, start: V.VariableTracker | None = None
 ) -> V.VariableTracker:
     first = start.as_python_constant() if start is not None else 0
-    items = _iter_items(tx, it)
-    return V.IteratorVariable(
-        [V.TupleVariable([V.ConstantVariable(first + i), v]) for i, v in enumerate(items)]
-    )
+    return V.EnumerateVariable(it.make_iterator(tx), first)
 
 
 def _zip(
     tx: Translator, *its: V.VariableTracker, strict: V.VariableTracker | None = None
 ) -> V.VariableTracker:
-    lists = [_iter_items(tx, it) for it in its]
-    if strict is not None and strict.as_python_constant() and len({len(x) for x in lists}) > 1:
-        raise Unsupported("zip(strict=True) over iterables of different lengths")
-    return V.IteratorVariable([V.TupleVariable(list(group)) for group in zip(*lists)])
+    strict_value = bool(strict.as_python_constant()) if strict is not None else False
+    return V.ZipVariable([it.make_iterator(tx) for it in its], strict_value)
 
 
 def _list(tx: Translator, it: V.VariableTracker | None = None) -> V.VariableTracker:
@@ -175,7 +172,7 @@ def _set(tx: Translator, it: V.VariableTracker | None = None) -> V.VariableTrack
 
 
 def _iter(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
-    return it if isinstance(it, V.IteratorVariable) else V.IteratorVariable(_iter_items(tx, it))
+    return it.make_iterator(tx)
 
 
 def _next(
@@ -183,7 +180,7 @@ def _next(
 ) -> V.VariableTracker:
     if not isinstance(it, V.IteratorVariable):
         raise Unsupported(f"next() on {it.describe()}")
-    value = it.next()
+    value = it.next(tx)
     if value is None:
         if default is None:
             raise Unsupported("next() on an exhausted iterator (StopIteration)")
@@ -220,7 +217,10 @@ def _sum(
 
 def _any_all(fn: Any) -> Any:
     def handler(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
-        return V.ConstantVariable(fn(item.truth(tx) for item in _iter_items(tx, it)))
+        """Stops at the first item that decides, leaving an iterator's rest unconsumed."""
+        iterator = it.make_iterator(tx)
+        truths = iter(lambda: iterator.next(tx), None)
+        return V.ConstantVariable(fn(item.truth(tx) for item in truths))
 
     return handler
 
@@ -267,11 +267,11 @@ def _type(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
 
 
 def _callable(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
+    """Whether the object's type defines ``__call__``, as ``callable`` checks; the type is
+    guarded wherever the object came from."""
     if obj.is_constant():
         return V.ConstantVariable(callable(obj.as_python_constant()))
-    if isinstance(obj, (V.TensorVariable, V.ContainerVariable, V.DictVariable, V.SetVariable)):
-        return V.ConstantVariable(False)
-    return V.ConstantVariable(True)
+    return V.ConstantVariable(V._class_lookup(obj.python_type(), "__call__") is not V._MISSING)
 
 
 def _scalar(fn: Any) -> Any:
@@ -305,15 +305,11 @@ def _sorted(
 
 
 def _map(tx: Translator, fn: V.VariableTracker, *its: V.VariableTracker) -> V.VariableTracker:
-    lists = [_iter_items(tx, it) for it in its]
-    return V.IteratorVariable([tx.call_function(fn, list(group), {}) for group in zip(*lists)])
+    return V.MapVariable(fn, [it.make_iterator(tx) for it in its])
 
 
 def _filter(tx: Translator, fn: V.VariableTracker, it: V.VariableTracker) -> V.VariableTracker:
-    items = _iter_items(tx, it)
-    if fn.is_constant() and fn.as_python_constant() is None:
-        return V.IteratorVariable([i for i in items if i.truth(tx)])
-    return V.IteratorVariable([i for i in items if tx.call_function(fn, [i], {}).truth(tx)])
+    return V.FilterVariable(fn, it.make_iterator(tx))
 
 
 def _object_init(

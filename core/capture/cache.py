@@ -20,6 +20,7 @@ import collections
 import functools
 import inspect
 import logging
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +31,12 @@ from torchkiln import config, logs
 from torchkiln.capture import persist
 from torchkiln.capture.builder import grad_mode_decorated
 from torchkiln.capture.capture import CacheEntry, capture_frame
-from torchkiln.capture.signature import call_original_source, dispatch_source
+from torchkiln.capture.signature import (
+    MISSING,
+    call_original_source,
+    default_argument,
+    dispatch_source,
+)
 from torchkiln.exc import NotImplementedYet, RecompileLimitExceeded
 
 log = logging.getLogger("torchkiln")
@@ -51,6 +57,11 @@ class KilnCounter(collections.Counter):
 counters: collections.defaultdict[str, collections.Counter] = collections.defaultdict(KilnCounter)
 _cache_counter = counters["cache"]
 
+#: Held while capturing and compiling: the translator, the AOT layer and backends share
+#: process-wide tracing state (torch.fx's patcher, these caches), so one thread compiles at
+#: a time. Re-entrant: a capture can compile nested frames. Guard checks and runs never take it.
+compile_lock = threading.RLock()
+
 
 class CaptureConfig:
     """The backend and fullgraph flag an entry was captured with (canonical: compared by identity)."""
@@ -66,14 +77,15 @@ _configs: list[CaptureConfig] = []
 
 
 def config_for(compile_graph: Callable, fullgraph: bool) -> CaptureConfig:
-    for cfg in _configs:
-        if cfg.fullgraph == fullgraph and (
-            cfg.compile_graph is compile_graph or cfg.compile_graph == compile_graph
-        ):
-            return cfg
-    cfg = CaptureConfig(compile_graph, fullgraph)
-    _configs.append(cfg)
-    return cfg
+    with compile_lock:
+        for cfg in _configs:
+            if cfg.fullgraph == fullgraph and (
+                cfg.compile_graph is compile_graph or cfg.compile_graph == compile_graph
+            ):
+                return cfg
+        cfg = CaptureConfig(compile_graph, fullgraph)
+        _configs.append(cfg)
+        return cfg
 
 
 class FrameCache:
@@ -99,6 +111,20 @@ class FrameCache:
     def add(self, entry: CacheEntry, cfg: CaptureConfig) -> None:
         self.entries(cfg).append((entry.guard, entry.run))
         self.details[cfg].append(entry)
+        if entry.guard_set is not None:  # an object its guards hold weakly died
+            entry.guard_set.on_death.append(functools.partial(self.remove, entry, cfg))
+
+    def remove(self, entry: CacheEntry, cfg: CaptureConfig) -> None:
+        """Drop ``entry`` (nothing to do if ``clear`` dropped it already)."""
+        details, dispatch = self.details[cfg], self.by_config[cfg]
+        for i, found in enumerate(details):
+            if found is entry:
+                del details[i]
+                break
+        for i, (guard, _) in enumerate(dispatch):
+            if guard is entry.guard:
+                del dispatch[i]
+                break
 
     def all_entries(self) -> list[CacheEntry]:
         return [entry for entries in self.details.values() for entry in entries]
@@ -118,23 +144,25 @@ entry_listeners: list[Callable[[CacheEntry], None]] = []
 
 
 def frame_cache(code: types.CodeType) -> FrameCache:
-    cache = _caches.get(code)
-    if cache is None:
-        cache = _caches[code] = FrameCache(code)
-    return cache
+    with compile_lock:
+        cache = _caches.get(code)
+        if cache is None:
+            cache = _caches[code] = FrameCache(code)
+        return cache
 
 
 def reset() -> None:
     """Clear every cache entry and counter (wrappers stay valid and recapture)."""
-    for cache in _caches.values():
-        cache.clear()
-    for counter in counters.values():
-        counter.clear()
-    _configs.clear()
-    _logged_breaks.clear()
     from torchkiln.capture.resume import clear_resume_codes
 
-    clear_resume_codes()
+    with compile_lock:
+        for cache in _caches.values():
+            cache.clear()
+        for counter in counters.values():
+            counter.clear()
+        _configs.clear()
+        _logged_breaks.clear()
+        clear_resume_codes()
 
 
 def where(code: types.CodeType) -> str:
@@ -152,23 +180,42 @@ def log_break(reason: str, location: str | None, kind: str) -> None:
 
 
 def on_miss(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args: tuple) -> Any:
-    """No entry matched: recompile (or hit the limit and run eagerly)."""
+    """No entry matched: recompile (or hit the limit and run eagerly), one thread at a time."""
+    with compile_lock:
+        run = _run_for_miss(fn, cfg, cache, args)
+    return run(fn, *args)
+
+
+def _run_for_miss(
+    fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args: tuple
+) -> Callable[..., Any]:
+    """What runs a call that missed: an entry another thread added while this one waited for
+    the lock, a new capture, or the uncompiled frame."""
+    for guard, run in cache.entries(cfg):
+        try:
+            ok = guard(fn, *args)
+        except Exception:
+            ok = False
+        if ok:
+            _cache_counter["hits"] += 1
+            return run
     counters["cache"]["misses"] += 1
-    cache.entries(cfg)
     previous = cache.details[cfg]
-    if len(previous) >= config.cache_size_limit:
-        reason = _failed_guard(previous[-1], fn, args)
-        message = (
-            f"{where(cache.code)} hit config.cache_size_limit={config.cache_size_limit}; "
-            f"last failing guard: {reason}"
+    limit = config.cache_size_limit
+    if len(previous) >= limit:
+        why = (
+            f"last failing guard: {_failed_guard(previous[-1], fn, args)}"
+            if previous
+            else "compiling is off"
         )
+        message = f"{where(cache.code)} hit config.cache_size_limit={limit}; {why}"
         if config.error_on_recompile_limit:
             raise RecompileLimitExceeded(message)
         counters["eager_fallback"]["cache_size_limit"] += 1
         if not cache.limit_logged:
             cache.limit_logged = True
             log.warning("%s; running it eagerly for new inputs", message)
-        return cache.call_original(fn, *args)
+        return cache.call_original
     if previous:
         counters["recompiles"]["total"] += 1
         if logs.enabled("recompiles"):
@@ -195,7 +242,7 @@ def on_miss(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args:
         )
     else:
         counters["frames"]["ok"] += 1
-    return entry.run(fn, *args)
+    return entry.run
 
 
 def _failed_guard(entry: CacheEntry, fn: types.FunctionType, args: tuple) -> str:
@@ -228,6 +275,8 @@ def dispatcher(
         "___cache": cache,
         "___hits": _cache_counter,
         "___on_miss": on_miss,
+        "___D": MISSING,
+        "___default": default_argument,
     }
     exec(
         compile(
@@ -237,13 +286,7 @@ def dispatcher(
         ),
         ns,
     )
-    dispatch = ns["___dispatch"]
-    defaults = fn.__defaults__
-    if bound and defaults and len(defaults) == fn.__code__.co_argcount:
-        defaults = defaults[1:]
-    dispatch.__defaults__ = defaults
-    dispatch.__kwdefaults__ = fn.__kwdefaults__
-    return dispatch
+    return ns["___dispatch"]
 
 
 def optimize(
@@ -256,7 +299,7 @@ def optimize(
     """A callable that behaves like ``fn`` and runs captured graphs through ``compile_graph``.
 
     ``fn`` may be a function, a bound method (``self`` becomes the first
-    frame local, guarded by identity when it is a module) or a callable
+    frame local, guarded by type when it is a module) or a callable
     object (its ``__call__``). Tensors the frame reads are lifted as graph
     inputs, parameters and buffers included: ``compile_graph(gm,
     example_inputs)`` gets their real values from the first call.

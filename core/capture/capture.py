@@ -24,6 +24,7 @@ import torch
 
 from torchkiln import logs
 from torchkiln.capture import variables as V
+from torchkiln.capture.aliasing import guard_and_merge_aliases
 from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import GuardSet
@@ -49,6 +50,13 @@ class CacheEntry:
     #: What ``persist`` stores: the guards with their namespace, and the graph's argument sources.
     guard_set: GuardSet | None = None
     graph_args: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        # a raised reason's traceback holds the translator's frames, and through them every
+        # object the capture read (a dropped module): keep what it says, not where it was raised
+        self.break_reasons = [Unsupported(r.reason, r.location) for r in self.break_reasons]
+        if self.eager_reason is not None:
+            self.eager_reason = Unsupported(self.eager_reason.reason, self.eager_reason.location)
 
 
 @dataclass
@@ -120,6 +128,7 @@ def compile_graph_of(
     output = trace.output
     if output.op_count() == 0 and not codegen.graph_outputs:
         return None, []
+    guard_and_merge_aliases(output)
     graph = output.graph
     graph.output(tuple(codegen.graph_outputs))
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
@@ -141,7 +150,6 @@ def finish_entry(
     code = fn.__code__
     params = params_text(code)
     filename = f"<torchkiln {code.co_name} {code.co_filename}:{code.co_firstlineno}>"
-    trace.output.guard_no_aliasing()
     guard, first_failure, guard_source = trace.guards.compile(params, filename)
     exec(compile(source, filename, "exec"), trace.guards.ns)
     logs.artifact("guards", "guards of %s:\n%s", code.co_name, guard_source)

@@ -30,17 +30,31 @@ from torchkiln.exc import Unsupported
 
 _LITERAL_TYPES = (int, str, bool, type(None), bytes)
 
+#: Mutable objects: rebuilt once per entry, whatever refers to them (``reconstruct``).
+_BUILT_ONCE = (
+    V.ListVariable,
+    V.DictVariable,
+    V.SetVariable,
+    V.UserObjectVariable,
+    V.IteratorVariable,
+    V.NestedFunctionVariable,
+)
+
 
 class FrameCodegen:
     """Collects graph outputs and Python statements for one transformed function."""
 
-    def __init__(self, output: OutputGraph, guards: GuardSet):
+    def __init__(self, output: OutputGraph, guards: GuardSet, rebuilds_functions: bool = True):
         self.output = output
         self.guards = guards
+        #: False where values go on to a resume function: a function the frame made would be a
+        #: new object on every call, which the resume function's identity guard never passes.
+        self.rebuilds_functions = rebuilds_functions
         self.graph_outputs: list[torch.fx.Node] = []
         self._output_index: dict[torch.fx.Node, int] = {}
         self.assignments: list[str] = []
         self.statements: list[str] = []
+        self._built: dict[int, tuple[V.VariableTracker, str]] = {}
 
     def bind(self, value: Any, hint: str = "c") -> str:
         return self.guards.bind(value, hint)
@@ -58,7 +72,19 @@ class FrameCodegen:
         return f"___o[{self._output_index[node]}]"
 
     def reconstruct(self, vt: V.VariableTracker) -> str:
-        """A Python expression that evaluates to the real value ``vt`` stands for."""
+        """A Python expression that evaluates to the real value ``vt`` stands for.
+
+        A mutable object the frame created is built once, into a temporary, so that every
+        reference to it (a local, a call's argument, the return value) is one object, as in
+        the frame: ``random.shuffle(lst)`` at a graph break shuffles the list the rest reads.
+        """
+        if isinstance(vt, _BUILT_ONCE) and vt.source is None:
+            if id(vt) not in self._built:
+                self._built[id(vt)] = (vt, self.temp(self._build(vt)))
+            return self._built[id(vt)][1]
+        return self._build(vt)
+
+    def _build(self, vt: V.VariableTracker) -> str:
         if isinstance(vt, V.TensorVariable):
             if vt.node.op == "placeholder":
                 return vt.source
@@ -69,6 +95,9 @@ class FrameCodegen:
             return vt.source
         if isinstance(vt, (V.ListVariable, V.TupleVariable, V.DictVariable, V.SetVariable)):
             return self.literal(vt)
+        if isinstance(vt, V.NNModuleVariable) and vt.attrs:
+            # a slice of a Sequential: its members are the calling instance's, not these
+            raise Unsupported(f"cannot rebuild a slice of a {vt.describe()} after the graph")
         if isinstance(vt, V.ValueVariable) and vt.value is not None:
             return self.bind(vt.value)
         if isinstance(vt, V.UserObjectVariable):
@@ -80,8 +109,8 @@ class FrameCodegen:
             )
         if isinstance(vt, V.SliceVariable):
             return f"slice({', '.join(self.reconstruct(p) for p in vt.parts)})"
-        if isinstance(vt, V.IteratorVariable):
-            return f"iter([{', '.join(self.reconstruct(i) for i in vt.remaining())}])"
+        if isinstance(vt, (V.IteratorVariable, V.DictViewVariable, V.NestedFunctionVariable)):
+            return vt.reconstruct(self)
         if isinstance(vt, V.UserMethodVariable):
             return f"{self.bind(types.MethodType)}({self.bind(vt.fn)}, {self.reconstruct(vt.obj)})"
         if isinstance(vt, V.PartialVariable):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import operator
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -39,6 +40,7 @@ from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.resume import ITER, NULL, VALUE, handler_at, resume_code
 from torchkiln.capture.signature import params_text
+from torchkiln.compiled_module import has_call_hooks
 from torchkiln.exc import Unsupported
 
 _CALLS = ("CALL", "CALL_FUNCTION_EX")
@@ -66,16 +68,22 @@ class ResumeCall:
         from torchkiln.capture.cache import run_frame
 
         last = self._last
-        if last is not None and last[0] is parent.__globals__ and last[1] is parent.__closure__:
-            fn = last[2]
+        if last is not None and last[0]() is parent:
+            fn = last[1]
         else:
             fn = types.FunctionType(
                 self.code, parent.__globals__, self.code.co_name, None, parent.__closure__
             )
-            self._last = (parent.__globals__, parent.__closure__, fn)
+            self._last = (weakref.ref(parent, self._forget), fn)
         if not self.compiled:
             return fn(*args)
         return run_frame(fn, self.cfg, self.cache, args)
+
+    def _forget(self, parent: weakref.ref) -> None:
+        """The parent function died: drop the resume function holding its closure."""
+        last = self._last
+        if last is not None and last[0] is parent:
+            self._last = None
 
 
 class CallThroughDispatch:
@@ -89,7 +97,7 @@ class CallThroughDispatch:
         from torchkiln.capture.cache import dispatcher
 
         target, bound = fn, ()
-        if isinstance(fn, torch.nn.Module) and not (fn._forward_hooks or fn._forward_pre_hooks):
+        if isinstance(fn, torch.nn.Module) and not has_call_hooks(fn):
             target, bound = type(fn).forward, (fn,)
         elif isinstance(fn, types.MethodType):
             target, bound = fn.__func__, (fn.__self__,)
@@ -133,7 +141,7 @@ def _break_entry(fn: types.FunctionType, trace: Any, cfg: Any, error: Unsupporte
     tx = trace.translator
     inst = tx.instructions[tx.ip]
     op = bc.opname(inst)
-    codegen = FrameCodegen(trace.output, trace.guards)
+    codegen = FrameCodegen(trace.output, trace.guards, rebuilds_functions=False)
     kinds, slots = [], []
     for vt in tx.stack:
         if vt is V.NULL:

@@ -14,10 +14,8 @@ Add a guard kind by adding a method to ``GuardSet`` that emits an expression.
 
 A ``GuardSet`` also notes what another process needs to rebuild its namespace
 (``persist``): the source each identity-guarded object was read through
-(``pins``), whose closure each bound cell is (``cell_owners``), and checks
-that hold by construction in this process but must be verified in another
-(``portable_checks``, e.g. an inlined function's default arguments), and
-the source files of the code the translation read (``code_files``).
+(``pins``), whose closure each bound cell is (``cell_owners``), and the
+source files of the code the translation read (``code_files``).
 """
 
 from __future__ import annotations
@@ -25,12 +23,16 @@ from __future__ import annotations
 import enum
 import math
 import re
+import types
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from torchkiln import config
+from torchkiln.disk_cache import Uncacheable, stable_name
 
 #: A name that may start a source (group 1), or a string literal to skip over.
 _ROOT_OR_STRING = re.compile(r"(?<![\w.])([A-Za-z_]\w*)|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
@@ -58,8 +60,12 @@ class GuardSet:
         self._sources: set[str] = set()
         self.pins: dict[str, str] = {}
         self.cell_owners: dict[str, tuple[str, int]] = {}
-        self.portable_checks: dict[str, None] = {}  # an ordered set
         self.code_files: set[str] = set()
+        #: Names in ``ns`` holding the ``id`` of an object guarded by identity but held
+        #: weakly (``identity``), with its weak reference; ``on_death`` runs when one dies.
+        self.weak: dict[str, weakref.ref] = {}
+        self._weak_names: dict[int, str] = {}
+        self.on_death: list[Callable[[], None]] = []
 
     def bind(self, value: Any, hint: str = "c") -> str:
         """A name in ``ns`` holding ``value`` (reused for the same object)."""
@@ -91,15 +97,35 @@ class GuardSet:
         )
 
     def identity(self, source: str, value: Any) -> None:
+        """``source`` is ``value``. An object that may die before the program ends (a closure,
+        a local class) is held weakly, so that the cache does not keep it alive: the guard
+        compares ids, and the entry is dropped when the object dies (``on_death``), before
+        another object can reuse its id."""
         self._sources.add(source)
         what = getattr(value, "__qualname__", None) or type(value).__name__
-        name = self.bind(value, "id")
+        if _lives_on(value):
+            name = self.bind(value, "id")
+            expr = f"{source} is {name}"
+        else:
+            name = self.hold_weakly(value)
+            expr = f"id({source}) == {name}"
         self.pins.setdefault(name, source)
-        self.add(f"{source} is {name}", COST_ID, f"{source} is the same {what} object")
+        self.add(expr, COST_ID, f"{source} is the same {what} object")
 
-    def check_portably(self, expr: str) -> None:
-        """``expr`` holds here by construction; another process checks it once on load."""
-        self.portable_checks[expr] = None
+    def hold_weakly(self, value: Any, name: str | None = None) -> str:
+        """A name in ``ns`` holding ``id(value)`` while ``value`` lives (reused for the same
+        object); ``persist`` passes the name a record gave it."""
+        if name is None:
+            name = self._weak_names.get(id(value)) or f"___id{len(self.ns)}"
+        self.ns[name] = id(value)
+        self.weak[name] = weakref.ref(value, self._died)
+        self._weak_names[id(value)] = name
+        return name
+
+    def _died(self, _ref: weakref.ref) -> None:
+        callbacks, self.on_death = self.on_death, []
+        for callback in callbacks:
+            callback()
 
     def bind_cell(self, owner: Any, index: int) -> str:
         """A name for closure cell ``index`` of function ``owner`` (both kept in ``ns``)."""
@@ -117,10 +143,21 @@ class GuardSet:
             self.add(f"{source} is {value!r}", COST_ID, f"{source} is {value!r}")
             return
         self.type_is(source, type(value))
+        if type(value) is tuple and _has_loose_float(value):
+            self.length(source, len(value))
+            for i, item in enumerate(value):
+                self.constant(f"{source}[{i}]", item)
+            return
         if isinstance(value, (int, str, bytes)) or (
             isinstance(value, float) and math.isfinite(value)
         ):
             self.add(f"{source} == {value!r}", COST_VALUE, f"{source} == {value!r}")
+            if isinstance(value, float) and value == 0.0:  # ``0.0 == -0.0``, yet ``x / c`` differs
+                sign = math.copysign(1.0, value)
+                copysign = self.bind(math.copysign, "copysign")
+                self.add(
+                    f"{copysign}(1.0, {source}) == {sign!r}", COST_VALUE, f"{source} is {value!r}"
+                )
         elif isinstance(value, float) and value != value:
             self.add(f"{source} != {source}", COST_VALUE, f"{source} is nan")
         else:
@@ -146,8 +183,10 @@ class GuardSet:
         self.add(f"list({source}) == {keys!r}", COST_VALUE, f"keys of {source} are {keys!r}")
 
     def module(self, source: str, module: torch.nn.Module) -> None:
-        self._sources.add(source)
-        self.identity(source, module)
+        """Type and ``training``, not identity: instances of one class share entries. What
+        the trace reads from a module is guarded through its own source (attributes,
+        submodules, parameters and buffers as graph inputs, member names where iterated)."""
+        self.type_is(source, type(module))
         self.add(
             f"{source}.training is {module.training!r}",
             COST_VALUE,
@@ -183,6 +222,45 @@ class GuardSet:
         fn = self.bind(torch.is_grad_enabled, "grad")
         expr = f"{fn}()" if enabled else f"not {fn}()"
         self.add(expr, COST_GLOBAL_STATE, f"grad mode is {'enabled' if enabled else 'disabled'}")
+
+    def torch_state(self) -> None:
+        """Global torch state that changes what the graph computes, guarded as torch.compile does.
+
+        Inference mode, deterministic algorithms and autocast (per device: enabled, dtype;
+        and its cache) are read at capture time by tracing and by backends that bake casts
+        or kernels into compiled code. The common case (all off) costs one C call each.
+        """
+        inference = torch.is_inference_mode_enabled()
+        self._state_flag(torch._C.is_inference_mode_enabled, inference, "inference mode")
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        self._state_flag(
+            torch._C._get_deterministic_algorithms, deterministic, "deterministic algorithms"
+        )
+        if deterministic:
+            self._state_flag(
+                torch._C._get_deterministic_algorithms_warn_only,
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+                "deterministic algorithms warn-only",
+            )
+        if not torch._C._is_any_autocast_enabled():
+            self._state_flag(torch._C._is_any_autocast_enabled, False, "autocast")
+            return
+        state = autocast_state()
+        fn = self.bind(autocast_state, "autocast")
+        self.add(f"{fn}() == {state!r}", COST_GLOBAL_STATE, f"autocast state is {state}")
+
+    def _state_flag(self, query: Any, value: bool, what: str) -> None:
+        fn = self.bind(query, "state")
+        expr = f"{fn}()" if value else f"not {fn}()"
+        self.add(expr, COST_GLOBAL_STATE, f"{what} is {'enabled' if value else 'disabled'}")
+
+    def state_query(self, fn: Any, args: tuple, kwargs: dict, value: Any) -> None:
+        """A torch function that reads global state returned ``value``: guard that it still does."""
+        name = self.bind(fn, "query")
+        call_args = [self.literal(a) for a in args]
+        call_args += [f"{k}={self.literal(v)}" for k, v in kwargs.items()]
+        call = f"{name}({', '.join(call_args)})"
+        self.add(f"{call} == {self.literal(value)}", COST_GLOBAL_STATE, f"{call} == {value!r}")
 
     def default_dtype(self) -> None:
         dtype = torch.get_default_dtype()
@@ -271,6 +349,31 @@ class GuardSet:
         return ns["___guard"], first_failure, f"{guard_text}\n{failure_text}"
 
 
+def _lives_on(value: Any) -> bool:
+    """Held strongly by an identity guard: a Python module, an enum member, what an import
+    finds (module-level functions and classes), or an object that takes no weak reference."""
+    if isinstance(value, (types.ModuleType, enum.Enum)):
+        return True
+    try:
+        weakref.ref(value)
+    except TypeError:
+        return True
+    try:
+        stable_name(value)
+    except Uncacheable:
+        return False
+    return True
+
+
+def _has_loose_float(value: tuple) -> bool:
+    """Whether ``value`` holds a float that ``==`` does not pin down: a zero (``0.0 == -0.0``)
+    or nan (``nan != nan``), so the tuple is guarded item by item."""
+    return any(
+        (type(v) is float and (v == 0.0 or v != v)) or (type(v) is tuple and _has_loose_float(v))
+        for v in value
+    )
+
+
 def _device_check(source: str, device: torch.device, guards: GuardSet) -> str:
     """The cheapest exact device test: ``is_cpu`` / ``get_device()`` avoid building a device object."""
     if device.type == "cpu":
@@ -278,3 +381,18 @@ def _device_check(source: str, device: torch.device, guards: GuardSet) -> str:
     if device.type == "cuda" and device.index is not None:
         return f"({source}.is_cuda and {source}.get_device() == {device.index})"
     return f"{source}.device == {guards.bind(device, 'dev')}"
+
+
+#: Device types whose autocast state ``autocast_state`` reads.
+AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "mtia", "privateuseone")
+
+
+def autocast_state() -> tuple:
+    """Autocast as plain values (so the guard's text reads back): the cache flag, then
+    ``(device, dtype name)`` for each device type where it is enabled."""
+    enabled = tuple(
+        (device, str(torch.get_autocast_dtype(device)))
+        for device in AUTOCAST_DEVICES
+        if torch.is_autocast_enabled(device)
+    )
+    return (torch.is_autocast_cache_enabled(), *enabled)

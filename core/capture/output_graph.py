@@ -24,7 +24,8 @@ import torch.fx
 
 from torchkiln.capture import variables as V
 from torchkiln.capture.fakes import FakePropagation
-from torchkiln.capture.guards import GuardSet
+from torchkiln.capture.guards import COST_GLOBAL_STATE, GuardSet
+from torchkiln.compiled_module import has_call_hooks
 from torchkiln.exc import Unsupported
 
 #: Tensor attributes that are themselves tensors (views), put in the graph as ``getattr``.
@@ -49,7 +50,7 @@ DATA_DEPENDENT_METHODS = {
 }
 
 
-#: ``nn.Module`` methods answered from the real module's structure (guarded by identity).
+#: ``nn.Module`` methods answered from the real module's structure (its member names guarded).
 MODULE_MEMBER_METHODS = {
     "parameters", "named_parameters", "buffers", "named_buffers",
     "children", "named_children", "modules", "named_modules",
@@ -97,8 +98,10 @@ class OutputGraph:
         self.grad_enabled = self.initial_grad_enabled
         self.global_overrides: dict[tuple[int, str], V.VariableTracker] = {}
         self.mutates_inputs = False
+        self._input_storages: set[int] = set()
         guards.grad_mode(self.grad_enabled)
         guards.default_dtype()
+        guards.torch_state()
 
     # -- graph building -------------------------------------------------------
 
@@ -119,9 +122,10 @@ class OutputGraph:
             node = self.graph.placeholder(name)
         fake = self.fakes.from_tensor(value)
         node.meta["example_value"] = fake
+        self._input_storages.add(_storage_id(fake))
         self.inputs.append((source, value, node))
         self.guards.tensor(source, value)
-        return V.TensorVariable(node, fake, source)
+        return V.TensorVariable(node, fake, source, type(value))
 
     def call_op(self, kind: str, target: Any, args: list, kwargs: dict) -> V.VariableTracker:
         """Run ``target`` on fake tensors; tensors out → a graph node, anything else → a constant."""
@@ -144,22 +148,17 @@ class OutputGraph:
             return self.wrap_result(None, example)
         node = self.graph.create_node(kind, target, proxy_args, proxy_kwargs)
         node.meta["example_value"] = example
-        if target is operator.setitem and args[0].node.op == "placeholder":
-            self.mutates_inputs = True
-        for arg in args:
+        if target is operator.setitem:
+            self._note_write(args[0])
+        for arg in [*args, *kwargs.values()]:
             if isinstance(arg, V.TensorVariable) and arg.example is example:
-                self.mutates_inputs |= arg.node.op == "placeholder"
+                self._note_write(arg)
                 return arg  # in-place op: keep the input's identity
         return self.wrap_result(node, example)
 
-    def guard_no_aliasing(self) -> None:
-        """A graph that mutates an input is only valid if distinct argument tensors stay distinct."""
-        sources = [source for source, _, _ in self.inputs if source.startswith("L_")]
-        if self.mutates_inputs and len(sources) > 1:
-            ids = ", ".join(f"id({s})" for s in sources)
-            self.guards.add(
-                f"len({{{ids}}}) == {len(sources)}", 3, f"{', '.join(sources)} are distinct tensors"
-            )
+    def _note_write(self, vt: V.TensorVariable) -> None:
+        """An op wrote into ``vt``: through a view or not, is that an input's memory?"""
+        self.mutates_inputs |= _storage_id(vt.example) in self._input_storages
 
     def wrap_result(self, node: torch.fx.Node | None, example: Any) -> V.VariableTracker:
         if isinstance(example, torch.Tensor):
@@ -229,35 +228,55 @@ class OutputGraph:
                 return self.wrap(members[name], f"{src}.{table}[{name!r}]" if src else None)
         if name in module.__dict__:
             return self.wrap(module.__dict__[name], f"{src}.{name}" if src else None)
+        class_attr = V._class_lookup(type(module), name)
+        if isinstance(class_attr, property):  # a data descriptor: no instance attribute wins
+            return self.wrap(class_attr.fget, None).call(tx, [vt], {})
+        if class_attr is V._MISSING:
+            if hasattr(module, name):  # the class's own ``__getattr__`` answers it
+                raise Unsupported(f"{vt.describe()}.{name} comes from a custom __getattr__")
+            if src:
+                self.guards.add(f"not hasattr({src}, {name!r})", 2, f"{src} has no {name!r}")
+            raise Unsupported(f"{type(module).__name__} has no attribute {name!r}")
+        if not isinstance(class_attr, (types.FunctionType, staticmethod, classmethod)):
+            if hasattr(type(class_attr), "__get__"):
+                raise Unsupported(f"{vt.describe()}.{name} is a {type(class_attr).__name__}")
+            return self.wrap(class_attr, f"{src}.{name}" if src else None)
+        self.guard_class_member(vt, name)
         if name in MODULE_MEMBER_METHODS:
             return V.BoundMethodVariable(vt, name)
-        class_attr = V._class_lookup(type(module), name)
-        if isinstance(class_attr, property):
-            return self.wrap(class_attr.fget, None).call(tx, [vt], {})
-        if isinstance(class_attr, types.FunctionType):
-            return V.UserMethodVariable(class_attr, vt)
         if isinstance(class_attr, staticmethod):
             return self.wrap(class_attr.__func__, None)
         if isinstance(class_attr, classmethod):
             return V.UserMethodVariable(class_attr.__func__, V.ClassVariable(type(module)))
-        if class_attr is V._MISSING:
-            raise Unsupported(f"{type(module).__name__} has no attribute {name!r}")
-        return self.wrap(class_attr, None)
+        return V.UserMethodVariable(class_attr, vt)
+
+    def guard_class_member(self, vt: V.NNModuleVariable, name: str) -> None:
+        """``vt.name`` is read from the class (fixed by the type guard): guard that no
+        instance attribute of that name hides it."""
+        if vt.source:
+            self.guards.add(
+                f"{name!r} not in {vt.source}.__dict__",
+                2,
+                f"{vt.source} has no instance attribute {name!r}",
+            )
 
     def call_module(
         self, tx: Any, vt: V.NNModuleVariable, args: list, kwargs: dict
     ) -> V.VariableTracker:
         module = vt.value
-        if module._forward_hooks or module._forward_pre_hooks or _global_hooks():
-            raise Unsupported(f"calling {type(module).__name__} that has forward hooks")
-        if vt.source:
+        if has_call_hooks(module):
+            raise Unsupported(f"calling {type(module).__name__} that has hooks")
+        src = vt.source
+        if src:
             self.guards.add(
-                f"not ({vt.source}._forward_hooks or {vt.source}._forward_pre_hooks)",
+                f"not ({src}._forward_hooks or {src}._forward_pre_hooks"
+                f" or {src}._backward_hooks or {src}._backward_pre_hooks)",
                 2,
-                f"{vt.source} has no forward hooks",
+                f"{src} has no forward or backward hooks",
             )
-        forward = type(module).forward
-        return tx.inline_call(forward, [vt, *args], kwargs)
+        global_hooks = self.guards.bind(torch.nn.modules.module._has_any_global_hook, "hooks")
+        self.guards.add(f"not {global_hooks}()", COST_GLOBAL_STATE, "no global module hooks")
+        return self.module_getattr(vt, "forward", tx).call(tx, args, kwargs)
 
     def guard_module_keys(self, vt: V.NNModuleVariable, recurse: bool = False) -> None:
         """Guard the names in ``vt``'s member tables: iterating or indexing a module reads its
@@ -289,6 +308,7 @@ class OutputGraph:
     def module_members(self, vt: V.NNModuleVariable, name: str, kwargs: dict) -> V.VariableTracker:
         """``parameters()``, ``named_modules()``... evaluated now; each member read through its path."""
         module = vt.value
+        self.guard_class_member(vt, name)
         self.guard_module_keys(vt, recurse=True)
         options = {k: v.as_python_constant() for k, v in kwargs.items()}
         named = name.startswith("named_")
@@ -298,16 +318,33 @@ class OutputGraph:
             members = list(getattr(module, "named_" + kind)(**options))
         else:
             members = list(module.named_children(**options))
+        if vt.source is not None and options.get("remove_duplicate", True):
+            if kind == "children":
+                every = [(n, c) for n, c in module._modules.items() if c is not None]
+            else:
+                every = getattr(module, "named_" + kind)(**{**options, "remove_duplicate": False})
+            self._guard_shared_members(
+                [(_member_source(vt.source, table, path), m) for path, m in every]
+            )
         items = []
         for path, member in members:
-            parts = [p for p in path.split(".") if p]
-            source = vt.source
-            if source is not None:
-                for i, part in enumerate(parts):
-                    source += f".{table if i == len(parts) - 1 else '_modules'}[{part!r}]"
+            source = _member_source(vt.source, table, path) if vt.source else None
             value = self.wrap(member, source)
             items.append(V.TupleVariable([V.ConstantVariable(path), value]) if named else value)
         return V.IteratorVariable(items)
+
+    def _guard_shared_members(self, members: list[tuple[str, Any]]) -> None:
+        """A member list without duplicates depends on which members are one object (tied
+        weights): guard that the same ones are, and no others."""
+        first: dict[int, str] = {}
+        for source, member in members:
+            if id(member) in first:
+                self.guards.add(f"{source} is {first[id(member)]}", 2, f"{source} is shared")
+            else:
+                first[id(member)] = source
+        if len(members) > 1:
+            ids = ", ".join(f"id({source})" for source, _ in members)
+            self.guards.add(f"len({{{ids}}}) == {len(first)}", 3, f"{len(first)} distinct members")
 
     def module_getitem(self, vt: V.NNModuleVariable, key: Any) -> V.VariableTracker:
         module = vt.value
@@ -316,8 +353,9 @@ class OutputGraph:
             module, (torch.nn.Sequential, torch.nn.ModuleList)
         ):
             sliced = V.NNModuleVariable(module[key], None)
-            for name in sliced.value._modules:
-                sliced.attrs[name] = self.module_getattr(vt, name)
+            picked = list(module._modules)[key]  # a ModuleList slice renumbers its members
+            for name, parent_name in zip(sliced.value._modules, picked):
+                sliced.attrs[name] = self.module_getattr(vt, parent_name)
             return sliced
         if isinstance(module, torch.nn.ModuleDict) and isinstance(key, str):
             return self.module_getattr(vt, key)
@@ -348,6 +386,18 @@ class OutputGraph:
             self.by_id[id(value)] = vt
             self._keepalive.append(value)
         return vt
+
+
+def _storage_id(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _member_source(source: str, table: str, path: str) -> str:
+    """The source of member ``path`` (``'a.b.weight'``) of the module read through ``source``."""
+    parts = [p for p in path.split(".") if p]
+    for i, part in enumerate(parts):
+        source += f".{table if i == len(parts) - 1 else '_modules'}[{part!r}]"
+    return source
 
 
 def _contains_tensor(value: Any) -> bool:
@@ -382,11 +432,6 @@ def _fields_of(value: tuple) -> tuple[str, ...] | None:
                     by_position[i] = n
         return tuple(by_position.get(i, f"_{i}") for i in range(len(value)))
     return None
-
-
-def _global_hooks() -> bool:
-    m = torch.nn.modules.module
-    return bool(m._global_forward_hooks or m._global_forward_pre_hooks)
 
 
 def to_node(vt: Any) -> Any:

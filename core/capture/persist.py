@@ -9,9 +9,9 @@ equivalent object in another process:
   ``module``: a Python module; ``globals``: a module's ``__dict__``;
   ``enum``: a member of an importable enum;
 - ``value``: a plain value (a dtype, a device, a tuple of constants), pickled;
-- ``pin``: an object read through its source from the call's own arguments
-  (an ``nn.Module``, an inner function, a code object), checked once on
-  load: same type (modules), same code (functions);
+- ``pin``: an object guarded by identity but held weakly (an inner function,
+  a code object: ``GuardSet.identity``), read through its source from the
+  call's own arguments and checked once on load (same code);
 - ``cell``: closure cell ``i`` of a function named earlier;
 - ``resume`` / ``call_through``: the graph-break helpers, rebuilt for this frame.
 
@@ -19,8 +19,8 @@ A capture whose namespace holds anything else (a tensor constant, a lambda)
 is not kept. A record is keyed by the frame's code, the backend and its
 options (``GraphCompiler.cache_key``), torchkiln's code, torch and Python,
 and is valid while every source file the translation read is unchanged
-(size and modification time). Loading one resolves the recipes, runs its
-``portable_checks`` and then its guards on the call that missed: only a
+(size and modification time). Loading one resolves the recipes and runs
+its guards on the call that missed: only a
 record whose guards pass becomes a cache entry, so a loaded entry rests on
 the same assumptions a fresh capture would make. Its graph is handed to the
 backend as at capture time (the backend's own caches make that cheap).
@@ -90,7 +90,6 @@ class Record:
     guards: list[Guard]
     sources: frozenset[str]
     recipes: list[tuple[str, tuple]]
-    portable_checks: list[str]
     files: dict[str, tuple[int, int]]
     code_source: str
     graph: list | None
@@ -207,7 +206,6 @@ def _record_of(entry: CacheEntry) -> Record:
         guards=guard_set.ordered(),
         sources=guard_set.sources,
         recipes=recipes,
-        portable_checks=list(guard_set.portable_checks),
         files={f: _stat(f) for f in sorted(files)},
         code_source=entry.code_source,
         graph=_graph_to_data(entry.graphs[0]) if entry.graphs else None,
@@ -219,6 +217,8 @@ def _record_of(entry: CacheEntry) -> Record:
 
 def _recipe(name: str, value: Any, guard_set: GuardSet) -> tuple:
     """How another process finds the object ``name`` stands for; raises ``Uncacheable``."""
+    if name in guard_set.weak:
+        return _pin(name, guard_set)
     if name in guard_set.cell_owners:
         owner, index = guard_set.cell_owners[name]
         return ("cell", owner, index)
@@ -243,15 +243,17 @@ def _recipe(name: str, value: Any, guard_set: GuardSet) -> tuple:
         return ("import", _importable_name(value))
     except Uncacheable:
         pass
-    source = guard_set.pins.get(name)
-    if source is not None:
-        if isinstance(value, torch.nn.Module):
-            return ("pin", source, ("type", stable_name(type(value))))
-        if isinstance(value, types.FunctionType):
-            return ("pin", source, ("code", code_fingerprint(value.__code__)))
-        if isinstance(value, types.CodeType):
-            return ("pin", source, ("code", code_fingerprint(value)))
     raise Uncacheable(f"{name} holds a {type(value).__qualname__} with no recipe")
+
+
+def _pin(name: str, guard_set: GuardSet) -> tuple:
+    """The recipe of an object guarded by identity and held weakly (``GuardSet.identity``)."""
+    value = guard_set.weak[name]()
+    if isinstance(value, types.FunctionType):
+        value = value.__code__
+    if not isinstance(value, types.CodeType):
+        raise Uncacheable(f"{name} is the id of a {type(value).__qualname__} with no recipe")
+    return ("pin", guard_set.pins[name], code_fingerprint(value))
 
 
 def _is_plain(value: Any) -> bool:
@@ -391,9 +393,10 @@ def _entry_of(record: Record, fn: types.FunctionType, cfg: Any, args: tuple) -> 
     ns: dict[str, Any] = {}
     for name, recipe in record.recipes:
         ns[name] = _resolve(recipe, ns, frame, code, cfg)
-    if not all(eval(check, ns) for check in record.portable_checks):
-        return None
     guard_set = GuardSet.restored(ns, record.guards, record.sources)
+    for name, recipe in record.recipes:
+        if recipe[0] == "pin":  # guarded by id and held weakly, as at capture
+            guard_set.hold_weakly(ns[name], name)
     params = params_text(code)
     filename = f"<torchkiln {code.co_name} {code.co_filename}:{code.co_firstlineno}>"
     guard, first_failure, guard_source = guard_set.compile(params, filename)
@@ -441,14 +444,11 @@ def _resolve(recipe: tuple, ns: dict, frame: dict, code: types.CodeType, cfg: An
     if kind == "call_through":
         return CallThroughDispatch(cfg)
     if kind == "pin":
-        _, source, (check, expected) = recipe
+        _, source, expected = recipe
         value = eval(source, ns, frame)
-        if check == "type" and type(value) is not _import(expected):
-            raise _Mismatch(f"{source} is a {type(value).__qualname__}, not {expected}")
-        if check == "code":
-            found = value if isinstance(value, types.CodeType) else value.__code__
-            if code_fingerprint(found) != expected:
-                raise _Mismatch(f"{source} has other code")
+        found = value if isinstance(value, types.CodeType) else value.__code__
+        if code_fingerprint(found) != expected:
+            raise _Mismatch(f"{source} has other code")
         return value
     raise _Mismatch(f"unknown recipe {kind!r}")
 

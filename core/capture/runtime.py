@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -31,3 +33,20 @@ def make_object(cls: type, attrs: dict) -> Any:
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
     return obj
+
+
+def iterator_at(iterable: Iterable, index: int) -> Iterator:
+    """``iter(iterable)`` advanced by ``index`` items: an iterator the compiled frame had started."""
+    iterator = iter(iterable)
+    for _ in range(index):
+        next(iterator)
+    return iterator
+
+
+def make_function(
+    code: types.CodeType, globals_: dict, defaults: tuple, kwdefaults: dict, closure: tuple
+) -> types.FunctionType:
+    """A function the compiled frame created (``MAKE_FUNCTION``), built again after the graph."""
+    fn = types.FunctionType(code, globals_, code.co_name, defaults or None, closure or None)
+    fn.__kwdefaults__ = kwdefaults or None
+    return fn

@@ -64,18 +64,27 @@ def _signature_parts(code: types.CodeType, names: list[str]) -> tuple[list[str],
 def dispatch_source(code: types.CodeType, bound: bool) -> str:
     """``___dispatch`` with ``code``'s own signature (so CPython binds the call), minus ``self`` if bound.
 
-    Its body runs the guards of ``___entries`` in order on the frame locals
+    Every parameter defaults to ``___D`` (``MISSING``) and takes ``___fn``'s default at call
+    time (``default_argument``). Its body runs the guards of ``___entries`` in order on the frame locals
     and calls the first passing entry's ``run``; no match calls ``___on_miss``.
     """
     names = [name if name.isidentifier() else local for name, local in frame_param_names(code)]
     decl, _ = _signature_parts(code, names)
+    named = names[: code.co_argcount + code.co_kwonlyargcount]
+    decl = [f"{d}=___D" if d in named else d for d in decl]
     frame_locals = list(names)
     if bound:
         decl = decl[2:] if len(decl) > 1 and decl[1] == "/" else decl[1:]
         frame_locals[0] = "___self"
+    defaults = "".join(
+        f"    if {name} is ___D:\n        {name} = ___default(___fn, {i}, {real!r})\n"
+        for i, (name, real) in enumerate(zip(named, arg_names(code)))
+        if not (bound and i == 0)
+    )
     passed = ", ".join(frame_locals)
     return (
         f"def ___dispatch({', '.join(decl)}):\n"
+        f"{defaults}"
         "    for ___guard, ___run in ___entries:\n"
         "        try:\n"
         f"            ___ok = ___guard(___fn, {passed})\n"
@@ -86,6 +95,30 @@ def dispatch_source(code: types.CodeType, bound: bool) -> str:
         f"            return ___run(___fn, {passed})\n"
         f"    return ___on_miss(___fn, ___cfg, ___cache, ({passed}{',' if len(frame_locals) == 1 else ''}))\n"
     )
+
+
+#: The default every dispatch parameter declares: "not passed, take the function's default now".
+MISSING = object()
+
+
+def default_argument(fn: types.FunctionType, index: int, name: str) -> object:
+    """The default of parameter ``index`` of ``fn``, read at call time.
+
+    Users may reassign ``fn.__defaults__`` / ``__kwdefaults__`` after compiling: the dispatch
+    function declares no defaults of its own (every parameter defaults to ``MISSING``) so that
+    each call binds exactly as a call of ``fn`` would now.
+    """
+    code = fn.__code__
+    if index < code.co_argcount:
+        defaults = fn.__defaults__ or ()
+        position = index - (code.co_argcount - len(defaults))
+        if position >= 0:
+            return defaults[position]
+        raise TypeError(f"{fn.__qualname__}() missing required positional argument: {name!r}")
+    kwdefaults = fn.__kwdefaults__ or {}
+    if name in kwdefaults:
+        return kwdefaults[name]
+    raise TypeError(f"{fn.__qualname__}() missing required keyword-only argument: {name!r}")
 
 
 def call_original_source(code: types.CodeType, name: str) -> str:

@@ -33,6 +33,25 @@ REFUSED = {
 }
 
 
+#: torch functions that read global state: evaluated at capture time, and guarded.
+STATE_QUERIES = {
+    torch.is_inference_mode_enabled,
+    torch.are_deterministic_algorithms_enabled,
+    torch.is_deterministic_algorithms_warn_only_enabled,
+    torch.is_autocast_enabled,
+    torch.get_autocast_dtype,
+    torch.is_autocast_cache_enabled,
+    torch.get_autocast_gpu_dtype,
+    torch.get_autocast_cpu_dtype,
+    torch.is_autocast_cpu_enabled,
+    torch._C._is_any_autocast_enabled,
+    torch.autograd._profiler_enabled,
+    torch.is_anomaly_enabled,
+    torch.is_anomaly_check_nan_enabled,
+    torch.get_num_threads,
+}
+
+
 def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
     if isinstance(fn, type):
         return construct_class(tx, fn, args, kwargs)
@@ -50,9 +69,17 @@ def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.
         return V.ConstantVariable(True)
     if fn is torch.compiler.is_exporting:
         return V.ConstantVariable(False)
+    if fn in STATE_QUERIES:
+        consts = [a.as_python_constant() for a in args]
+        kw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        value = fn(*consts, **kw)
+        tx.output.guards.state_query(fn, tuple(consts), kw, value)
+        return V.ConstantVariable(value)
     if fn is torch.is_tensor:
         return V.ConstantVariable(isinstance(args[0], V.TensorVariable))
     module = getattr(fn, "__module__", "") or ""
     if module.startswith(("torch._dynamo", "torch.compiler", "torch.utils.data")):
         raise Unsupported(f"{module}.{getattr(fn, '__name__', fn)}")
+    if args and isinstance(args[0], V.TensorVariable):  # ``torch.is_inference(x)``...
+        V.guard_tensor_state(tx, args[0], getattr(fn, "__name__", ""))
     return tx.output.call_op("call_function", fn, args, kwargs)

@@ -109,7 +109,9 @@ class Translator:
         self.steps = 0
         self.break_step = break_step
         self.lineno = code.co_firstlineno
-        self.yielded: list[V.VariableTracker] | None = None
+        self.is_generator = False
+        self.yields = 0
+        self.suspended: V.VariableTracker | None = None  # what a generator's ``yield`` handed out
 
     # -- driving ------------------------------------------------------------------
 
@@ -117,8 +119,9 @@ class Translator:
         return f"{self.code.co_filename}:{self.lineno}"
 
     def run(self) -> V.VariableTracker:
-        """Execute until ``RETURN_VALUE``; returns the returned tracker."""
-        while self.return_value is None:
+        """Execute until ``RETURN_VALUE`` (or a generator's next ``yield``); returns the returned
+        tracker."""
+        while self.return_value is None and self.suspended is None:
             inst = self.instructions[self.ip]
             self.current = inst
             if inst.positions is not None and inst.positions.lineno is not None:
@@ -142,6 +145,14 @@ class Translator:
                     f"torchkiln failed on {inst.opname} at {self.location()}: {type(e).__name__}: {e}"
                 ) from e
         return self.return_value
+
+    def resume_generator(self) -> V.VariableTracker | None:
+        """A generator's next item: its code runs to the next ``yield``; None once it returned."""
+        if self.return_value is not None:
+            return None
+        self.run()
+        value, self.suspended = self.suspended, None
+        return value
 
     def _unknown(self, inst: dis.Instruction) -> None:
         raise Unsupported(f"bytecode {inst.opname} is not supported")
@@ -204,42 +215,75 @@ class Translator:
         fn = _BINARY.get(symbol) or _COMPARE.get(symbol)
         if fn is None:
             raise CaptureError(f"unknown binary operator {symbol!r}")
+        inplace = symbol.endswith("=") and symbol not in _COMPARE
+        base = symbol[:-1] if inplace else symbol
+        if (
+            inplace
+            and not isinstance(a, V.TensorVariable)
+            and not hasattr(a.python_type(), f"__i{_DUNDER[base]}__")
+        ):  # ``n += t`` on an int: no ``int.__iadd__``, so Python runs ``n = n + t``
+            return self.binary_op(base, a, b)
+        if isinstance(a, V.UserObjectVariable):  # its own operator comes first, even with a tensor
+            method = f"__{'i' if inplace else ''}{_DUNDER[base]}__"
+            if V._class_lookup(a.cls, method) not in (V._MISSING, getattr(object, method, None)):
+                return self.call_function(self.getattr(a, method), [b], {})
         if isinstance(a, V.TensorVariable) or isinstance(b, V.TensorVariable):
             return self.output.call_op("call_function", fn, [a, b], {})
         if a.is_constant() and b.is_constant():
             return fold(fn, a.as_python_constant(), b.as_python_constant())
-        inplace = symbol.endswith("=") and symbol not in _COMPARE
-        base = symbol[:-1] if inplace else symbol
-        if isinstance(a, V.ContainerVariable) and base == "+":
-            other = self.unpack_iterable(b) if inplace else None
-            if inplace and isinstance(a, V.ListVariable):
-                a.call_method(self, "extend", [V.ListVariable(other)], {})
-                return a
-            if type(a) is type(b):
-                return (
-                    type(a)([*a.items, *b.items])
-                    if isinstance(a, V.ListVariable)
-                    else V.TupleVariable([*a.items, *b.items])
-                )
+        if inplace and isinstance(a, V.ListVariable) and base in "+*":
+            if base == "+":
+                a.call_method(self, "extend", [b], {})
+            else:
+                self.output.side_effects.mutate(a)
+                a.items *= b.as_python_constant()
+            return a
+        if isinstance(a, V.ContainerVariable) and base == "+" and type(a) is type(b):
+            return (
+                type(a)([*a.items, *b.items])
+                if isinstance(a, V.ListVariable)
+                else V.TupleVariable([*a.items, *b.items])
+            )
         if isinstance(a, V.ContainerVariable) and base == "*" and b.is_constant():
             items = a.items * b.as_python_constant()
             return (
                 V.ListVariable(items) if isinstance(a, V.ListVariable) else V.TupleVariable(items)
             )
         if symbol in ("==", "!="):
-            same = self.is_same(a, b)
-            if same is not None:
-                return V.ConstantVariable(same == (symbol == "=="))
+            equal = self.equals(a, b)
+            if equal is not None:
+                return V.ConstantVariable(equal == (symbol == "=="))
         if isinstance(a, V.SetVariable) and isinstance(b, V.SetVariable):
+            if inplace:
+                self.output.side_effects.mutate(a)
+                a.values = fn(a.values, b.values)
+                return a
             return (
                 V.SetVariable(fn(set(a.values), set(b.values)))
                 if base in "|&-^"
                 else V.ConstantVariable(fn(a.values, b.values))
             )
-        if isinstance(a, V.UserObjectVariable):
-            method = "__" + _DUNDER[base] + "__"
-            return self.call_function(self.getattr(a, method), [b], {})
         raise Unsupported(f"operator {symbol} on {a.describe()} and {b.describe()}")
+
+    def equals(self, a: V.VariableTracker, b: V.VariableTracker) -> bool | None:
+        """``a == b`` as a bool where capture time can tell: sequences and dicts item by item
+        (``item_equals``), objects without an ``__eq__`` of their own by identity; else None."""
+        if isinstance(a, V.ContainerVariable) and isinstance(b, V.ContainerVariable):
+            if isinstance(a, V.ListVariable) != isinstance(b, V.ListVariable):
+                return False  # a list never equals a tuple
+            return len(a.items) == len(b.items) and all(map(self.item_equals, a.items, b.items))
+        if isinstance(a, V.DictVariable) and isinstance(b, V.DictVariable):
+            return len(a.items) == len(b.items) and all(
+                k in b.items and self.item_equals(v, b.items[k]) for k, v in a.items.items()
+            )
+        if _defines_eq(a) or _defines_eq(b):
+            return None
+        return self.is_same(a, b)
+
+    def item_equals(self, a: V.VariableTracker, b: V.VariableTracker) -> bool:
+        """How containers compare items (``PyObject_RichCompareBool``): identity first, then the
+        truth of ``a == b`` (for two different tensors that needs their values: a graph break)."""
+        return bool(self.is_same(a, b)) or self.truth(self.binary_op("==", a, b))
 
     def is_same(self, a: V.VariableTracker, b: V.VariableTracker) -> bool | None:
         """``a is b`` when it can be known at capture time, else None."""
@@ -255,7 +299,7 @@ class Translator:
             and a.value is not None
         ):
             same = a.value is b.value
-            if a.source and b.source and isinstance(a, V.UserObjectVariable):
+            if a.source and b.source and isinstance(a, (V.UserObjectVariable, V.NNModuleVariable)):
                 expr = f"({a.source} is {b.source}) is {same!r}"
                 self.output.guards.add(expr, 2, f"{a.source} is{'' if same else ' not'} {b.source}")
             return same
@@ -298,8 +342,14 @@ class Translator:
             )
         defaults, kwdefaults = self._defaults_of(fn)
         guards = self.output.guards
+        owner = self._source_of(fn)
         closure = [
-            RealCellVariable(cell, f"{guards.bind_cell(fn, i)}.cell_contents")
+            RealCellVariable(
+                cell,
+                f"{owner}.__closure__[{i}].cell_contents"
+                if owner
+                else f"{guards.bind_cell(fn, i)}.cell_contents",
+            )
             for i, cell in enumerate(fn.__closure__ or ())
         ]
         globals_expr = guards.bind(fn.__globals__, "G")
@@ -307,27 +357,28 @@ class Translator:
             code, fn.__globals__, globals_expr, args, kwargs, defaults, kwdefaults, closure
         )
 
-    def _defaults_of(self, fn: types.FunctionType) -> tuple[list, dict]:
-        """Trackers for ``fn``'s default arguments.
+    def _source_of(self, fn: types.FunctionType) -> str | None:
+        """The source ``fn`` was read through, if any: its cells and defaults are read
+        through it, so that the entry does not keep ``fn`` alive (see ``GuardSet.identity``)."""
+        known = self.output.by_id.get(id(fn))
+        if known is not None and getattr(known, "value", None) is fn:
+            return known.source
+        return None
 
-        Constants are taken as they are (the function's identity is guarded),
-        with a check for another process that loads this capture (``persist``);
-        other objects are read through ``fn.__defaults__`` and guarded like any source.
-        """
+    def _defaults_of(self, fn: types.FunctionType) -> tuple[list, dict]:
+        """Trackers for ``fn``'s default arguments, each read through ``fn.__defaults__`` /
+        ``fn.__kwdefaults__`` and guarded like any source: the function's identity does not
+        fix them (users reassign ``__defaults__``)."""
         positional, keyword = fn.__defaults__ or (), fn.__kwdefaults__ or {}
         if not positional and not keyword:
             return [], {}
         guards = self.output.guards
-        name = guards.bind(fn, "fn")
-
-        def default(read: str, value: Any) -> V.VariableTracker:
-            if V.is_constant_value(value):
-                guards.check_portably(f"{read} == {guards.literal(value)}")
-                return self.output.wrap(value, None)
-            return self.output.wrap(value, read)
-
-        defaults = [default(f"{name}.__defaults__[{i}]", d) for i, d in enumerate(positional)]
-        kwdefaults = {k: default(f"{name}.__kwdefaults__[{k!r}]", v) for k, v in keyword.items()}
+        name = self._source_of(fn) or guards.bind(fn, "fn")
+        if positional:  # which parameter each default belongs to depends on how many there are
+            guards.length(f"{name}.__defaults__", len(positional))
+        wrap = self.output.wrap
+        defaults = [wrap(d, f"{name}.__defaults__[{i}]") for i, d in enumerate(positional)]
+        kwdefaults = {k: wrap(v, f"{name}.__kwdefaults__[{k!r}]") for k, v in keyword.items()}
         return defaults, kwdefaults
 
     def inline_nested(
@@ -373,10 +424,9 @@ class Translator:
         child = Translator(
             self.output, code, f_globals, globals_expr, f_locals, closure, parent=self
         )
-        if is_generator:
-            child.yielded = []
-            child.run()
-            return V.IteratorVariable(child.yielded)
+        if is_generator:  # nothing runs before the first ``next``
+            child.is_generator = True
+            return V.GeneratorVariable(child)
         return child.run()
 
     # -- opcodes: no-ops and stack manipulation ----------------------------------------
@@ -580,6 +630,8 @@ class Translator:
     def CONTAINS_OP(self, inst: dis.Instruction) -> None:
         container = self.pop()
         item = self.pop()
+        if isinstance(container, V.DictViewVariable) and container.kind == "keys":
+            container = container.mapping
         if isinstance(container, V.DictVariable):
             found = item.as_python_constant() in container.items
         elif isinstance(container, V.SetVariable):
@@ -589,20 +641,28 @@ class Translator:
         ):
             self.output.guard_module_keys(container)
             found = item.as_python_constant() in container.value._modules
-        elif isinstance(container, V.TensorVariable) or isinstance(item, V.TensorVariable):
-            raise Unsupported("'in' with a tensor compares values (data-dependent)")
+        elif isinstance(container, V.TensorVariable):
+            raise Unsupported("'in' on a tensor compares values (data-dependent)")
         elif _is_native_container(container) and V.literal_repr(item) is not None:
             # a user mapping with C-level or mixin __contains__ (a dict subclass, a registry):
             # a lookup (``LookupVariable``) whose guard re-runs it, so a changed mapping recompiles
             contains = self.getattr(container, "__contains__")
             found = self.call_function(contains, [item], {}).as_python_constant()
+        elif container.is_constant() and item.is_constant():  # ``"10" in "10 bar"``
+            value, member = container.as_python_constant(), item.as_python_constant()
+            found = fold(operator.contains, value, member).as_python_constant()
         else:
-            items = self.unpack_iterable(container)
-            value = item.as_python_constant()
-            found = any(i.is_constant() and i.as_python_constant() == value for i in items)
-            if not found and not all(i.is_constant() for i in items):
-                raise Unsupported("'in' over a container of non-constant values")
+            found = self.contains(container, item)
         self.push(V.ConstantVariable(found != bool(inst.arg)))
+
+    def contains(self, container: V.VariableTracker, item: V.VariableTracker) -> bool:
+        """``item in container`` for sequences and iterators: iterates until an item equals
+        ``item`` (``item_equals``: ``x in [x]`` is True by identity)."""
+        iterator = container.make_iterator(self)
+        while (value := iterator.next(self)) is not None:
+            if self.item_equals(value, item):
+                return True
+        return False
 
     # -- subscripts ------------------------------------------------------------------
 
@@ -798,18 +858,13 @@ class Translator:
             self.pop()
 
     def GET_ITER(self, inst: dis.Instruction) -> None:
-        obj = self.pop()
-        self.push(
-            obj
-            if isinstance(obj, V.IteratorVariable)
-            else V.IteratorVariable(self.unpack_iterable(obj))
-        )
+        self.push(self.pop().make_iterator(self))
 
     def FOR_ITER(self, inst: dis.Instruction) -> None:
         iterator = self.stack[-1]
         if not isinstance(iterator, V.IteratorVariable):
             raise Unsupported(f"for loop over {iterator.describe()}")
-        value = iterator.next()
+        value = iterator.next(self)
         if value is not None:
             self.push(value)
             return
@@ -831,18 +886,19 @@ class Translator:
         raise Unsupported("raise statement")
 
     def RETURN_GENERATOR(self, inst: dis.Instruction) -> None:
-        if self.yielded is None:
+        if not self.is_generator:
             raise Unsupported("generator function")
         self.push(V.ConstantVariable(None))
 
     def YIELD_VALUE(self, inst: dis.Instruction) -> None:
-        """Generators are run to exhaustion when called: every yielded value is collected."""
-        if self.yielded is None or len(self.yielded) >= MAX_GENERATOR_ITEMS:
+        """Suspends the generator (``resume_generator``) with the value it yields."""
+        self.yields += 1
+        if not self.is_generator or self.yields > MAX_GENERATOR_ITEMS:
             raise Unsupported(
-                "yield outside a generator run to exhaustion (or an endless generator)"
+                f"yield outside a generator the frame called (or more than {MAX_GENERATOR_ITEMS})"
             )
-        self.yielded.append(self.pop())
-        self.push(V.ConstantVariable(None))
+        self.suspended = self.pop()
+        self.push(V.ConstantVariable(None))  # what ``next()`` sends in
 
     # -- calls -----------------------------------------------------------------------
 
@@ -957,6 +1013,14 @@ def bind_arguments(
     if has_varkw:
         bound[names[index]] = V.DictVariable(rest)
     return bound
+
+
+def _defines_eq(vt: V.VariableTracker) -> bool:
+    """A user object whose class has its own ``__eq__`` (so ``==`` is not ``is``)."""
+    return isinstance(vt, V.UserObjectVariable) and V._class_lookup(vt.cls, "__eq__") not in (
+        V._MISSING,
+        object.__eq__,
+    )
 
 
 def _is_native_container(vt: V.VariableTracker) -> bool:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchkiln.capture.guards import COST_TENSOR
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -53,6 +54,10 @@ class VariableTracker:
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         raise Unsupported(f"iterating over {self.describe()}")
+
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        """``iter(self)``: by default over the items ``unpack`` gives now."""
+        return IteratorVariable(self.unpack(tx))
 
     def truth(self, tx: Translator) -> bool:
         return True
@@ -159,20 +164,32 @@ class ConstantVariable(VariableTracker):
 
 
 class TensorVariable(VariableTracker):
-    """A tensor: an FX node plus a fake tensor carrying its metadata."""
+    """A tensor: an FX node plus a fake tensor carrying its metadata; ``cls`` is the real
+    tensor's class (``nn.Parameter`` for a parameter passed in: guarded with the input)."""
 
-    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source: str | None = None):
+    def __init__(
+        self,
+        node: torch.fx.Node,
+        example: torch.Tensor,
+        source: str | None = None,
+        cls: type = torch.Tensor,
+    ):
         self.node = node
         self.example = example
         self.source = source
+        self.cls = cls
 
     def python_type(self) -> type:
-        return type(self.example) if self.source else torch.Tensor
+        return self.cls
 
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name == "__class__":
+            return tx.output.wrap(self.cls, None)
+        guard_tensor_state(tx, self, name)
         return tx.output.tensor_getattr(self, name)
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        guard_tensor_state(tx, self, name)
         return tx.output.tensor_method(self, name, args, kwargs)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
@@ -190,6 +207,51 @@ class TensorVariable(VariableTracker):
         return f"Tensor({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
 
 
+#: Tensor facts that an input's guards (type, dtype, device, sizes, requires_grad) leave open,
+#: by the attribute or method that reads them, and how to read them on the input.
+TENSOR_STATE = {
+    "is_inference": "is_inference()",
+    "is_leaf": "is_leaf",
+    "is_conj": "is_conj()",
+    "is_neg": "is_neg()",
+    "is_nested": "is_nested",
+    "layout": "layout",
+    "is_sparse": "layout",
+    "is_sparse_csr": "layout",
+    "is_mkldnn": "layout",
+    "storage_offset": "storage_offset()",
+}
+#: The facts that strides decide, guarded on every input unless ``config.guard_strides`` is off.
+TENSOR_STRIDE_STATE = {"stride", "is_contiguous", "is_non_overlapping_and_dense"}
+
+
+def guard_tensor_state(tx: Translator, vt: TensorVariable, name: str) -> None:
+    """Reading ``name`` on ``vt`` (e.g. ``is_inference()``) gives what the fake tensor says, which
+    follows from the graph inputs ``vt`` was computed from: guard that fact on each of them."""
+    from torchkiln import config
+
+    read = TENSOR_STATE.get(name)
+    if read is None and name in TENSOR_STRIDE_STATE and not config.guard_strides:
+        read = "stride()"
+    if read is None:
+        return
+    guards = tx.output.guards
+    by_node = {node: (source, value) for source, value, node in tx.output.inputs}
+    seen, stack = set(), [vt.node]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.all_input_nodes)
+    for node in seen & by_node.keys():
+        source, value = by_node[node]
+        fact = getattr(value, read.removesuffix("()"))
+        fact = fact() if read.endswith("()") else fact
+        guards.add(
+            f"{source}.{read} == {guards.literal(fact)}", COST_TENSOR, f"{source}.{read} == {fact}"
+        )
+
+
 class ContainerVariable(VariableTracker):
     """Shared behaviour of lists and tuples."""
 
@@ -199,6 +261,9 @@ class ContainerVariable(VariableTracker):
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         return list(self.items)
+
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        return SequenceIteratorVariable(self)
 
     def truth(self, tx: Translator) -> bool:
         return bool(self.items)
@@ -250,7 +315,7 @@ class ListVariable(ContainerVariable):
         if name == "append":
             items.append(args[0])
         elif name == "extend":
-            items.extend(tx.unpack_iterable(args[0]))
+            self.extend(tx, args[0])
         elif name == "insert":
             items.insert(args[0].as_python_constant(), args[1])
         elif name == "pop":
@@ -281,6 +346,16 @@ class ListVariable(ContainerVariable):
         else:
             raise Unsupported(f"list.{name}")
         return ConstantVariable(None)
+
+    def extend(self, tx: Translator, iterable: VariableTracker) -> None:
+        """``list.extend``: a list or tuple is copied first; any other iterable is appended item
+        by item, so an iterable that reads this list sees the items appended so far."""
+        if isinstance(iterable, ContainerVariable):
+            self.items.extend(iterable.items)
+            return
+        iterator = iterable.make_iterator(tx)
+        while (item := iterator.next(tx)) is not None:
+            self.items.append(item)
 
 
 class TupleVariable(ContainerVariable):
@@ -345,6 +420,9 @@ class DictVariable(VariableTracker):
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         return [ConstantVariable(k) for k in self.items]
 
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        return DictIteratorVariable(self, "keys")
+
     def getitem(self, tx: Translator, key: Any) -> VariableTracker:
         try:
             return self.items[key]
@@ -364,12 +442,8 @@ class DictVariable(VariableTracker):
             del items[consts[0]]
         elif name == "get":
             return items.get(consts[0], args[1] if len(args) > 1 else ConstantVariable(None))
-        elif name == "keys":
-            return ListVariable([ConstantVariable(k) for k in items])
-        elif name == "values":
-            return ListVariable(list(items.values()))
-        elif name == "items":
-            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
+        elif name in ("keys", "values", "items"):
+            return DictViewVariable(self, name)
         elif name == "update":
             if args:
                 other = args[0]
@@ -455,7 +529,15 @@ class SetVariable(VariableTracker):
 
 
 class IteratorVariable(VariableTracker):
-    """An iterator over known items (lists, ranges, zip, enumerate... are materialised)."""
+    """An iterator over items known when it was made (``reversed``, ``named_parameters()``...).
+
+    The subclasses are lazy, as Python is: ``next`` runs what the real
+    iterator's next step runs (reads a list as it is now, calls a ``map``'s
+    function, resumes a generator), so side effects happen in Python's order.
+    ``reconstruct`` rebuilds the real iterator, at its position, after the graph;
+    ``remaining`` lists the items still to come where no code must run to know them
+    (a graph break hands a live loop's iterator to the resume function as that list).
+    """
 
     def __init__(self, items: list[VariableTracker]):
         self.items = items
@@ -464,19 +546,276 @@ class IteratorVariable(VariableTracker):
     def python_type(self) -> type:
         return type(iter([]))
 
-    def next(self) -> VariableTracker | None:
+    def next(self, tx: Translator) -> VariableTracker | None:
+        """The next item, or None when the iterator is exhausted."""
         if self.index >= len(self.items):
             return None
         self.index += 1
         return self.items[self.index - 1]
 
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        return self
+
     def remaining(self) -> list[VariableTracker]:
         return self.items[self.index :]
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
-        rest = self.remaining()
-        self.index = len(self.items)
-        return rest
+        items = []
+        while (item := self.next(tx)) is not None:
+            items.append(item)
+        return items
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"iter([{', '.join(codegen.reconstruct(i) for i in self.remaining())}])"
+
+
+def _iterator_at(codegen: Any, iterable: str, index: int) -> str:
+    from torchkiln.capture.runtime import iterator_at
+
+    return f"{codegen.bind(iterator_at, 'iterator_at')}({iterable}, {index})"
+
+
+class SequenceIteratorVariable(IteratorVariable):
+    """``iter(list)`` / ``iter(tuple)``: reads the sequence at each step, so it sees items
+    appended meanwhile (``for x in lst: lst.append(...)``), and stops for good once exhausted."""
+
+    def __init__(self, seq: ContainerVariable):
+        self.seq: ContainerVariable | None = seq
+        self.index = 0
+        self.cls = type(iter([] if isinstance(seq, ListVariable) else ()))
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        if self.seq is None or self.index >= len(self.seq.items):
+            self.seq = None
+            return None
+        self.index += 1
+        return self.seq.items[self.index - 1]
+
+    def remaining(self) -> list[VariableTracker]:
+        return [] if self.seq is None else self.seq.items[self.index :]
+
+    def reconstruct(self, codegen: Any) -> str:
+        if self.seq is None:  # exhausted for good, whatever the sequence does later
+            return "iter([])" if self.cls is type(iter([])) else "iter(())"
+        return _iterator_at(codegen, codegen.reconstruct(self.seq), self.index)
+
+
+def _dict_entries(mapping: DictVariable, kind: str) -> list[VariableTracker]:
+    """What iterating ``mapping.<kind>()`` gives now."""
+    if kind == "keys":
+        return [ConstantVariable(k) for k in mapping.items]
+    if kind == "values":
+        return list(mapping.items.values())
+    return [TupleVariable([ConstantVariable(k), v]) for k, v in mapping.items.items()]
+
+
+class DictViewVariable(VariableTracker):
+    """``d.keys()`` / ``d.values()`` / ``d.items()``: a live view, read when it is used."""
+
+    def __init__(self, mapping: DictVariable, kind: str):
+        self.mapping = mapping
+        self.kind = kind
+
+    def python_type(self) -> type:
+        return type(getattr({}, self.kind)())
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return _dict_entries(self.mapping, self.kind)
+
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        return DictIteratorVariable(self.mapping, self.kind)
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.mapping.items)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.mapping.items))
+        raise Unsupported(f"{self.python_type().__name__}.{name}")
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"{codegen.reconstruct(self.mapping)}.{self.kind}()"
+
+
+class DictIteratorVariable(IteratorVariable):
+    """An iterator over a dict or one of its views; the dict's keys must not change meanwhile."""
+
+    def __init__(self, mapping: DictVariable, kind: str):
+        self.mapping = mapping
+        self.kind = kind
+        self.keys = list(mapping.items)
+        self.index = 0
+
+    def python_type(self) -> type:
+        return type(iter(getattr({}, self.kind)()))
+
+    def _check_keys(self) -> None:
+        if list(self.mapping.items) != self.keys:
+            raise Unsupported("a dict changed size (or keys) while an iterator over it was live")
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        self._check_keys()
+        if self.index >= len(self.keys):
+            return None
+        key = self.keys[self.index]
+        self.index += 1
+        return self._entry(key)
+
+    def _entry(self, key: Any) -> VariableTracker:
+        value = self.mapping.items[key]
+        if self.kind == "keys":
+            return ConstantVariable(key)
+        return value if self.kind == "values" else TupleVariable([ConstantVariable(key), value])
+
+    def remaining(self) -> list[VariableTracker]:
+        self._check_keys()
+        return [self._entry(key) for key in self.keys[self.index :]]
+
+    def reconstruct(self, codegen: Any) -> str:
+        self._check_keys()
+        view = f"{codegen.reconstruct(self.mapping)}.{self.kind}()"
+        return _iterator_at(codegen, view, self.index)
+
+
+class MapVariable(IteratorVariable):
+    """``map(fn, *iterables)``: ``fn`` runs when an item is asked for."""
+
+    def __init__(self, fn: VariableTracker, iterators: list[IteratorVariable]):
+        self.fn = fn
+        self.iterators = iterators
+
+    def python_type(self) -> type:
+        return map
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        args = []
+        for iterator in self.iterators:
+            item = iterator.next(tx)
+            if item is None:
+                return None
+            args.append(item)
+        return tx.call_function(self.fn, args, {})
+
+    def remaining(self) -> list[VariableTracker]:
+        raise Unsupported("a map() left mid-iteration (its function has not run on the rest)")
+
+    def reconstruct(self, codegen: Any) -> str:
+        parts = [codegen.reconstruct(v) for v in (self.fn, *self.iterators)]
+        return f"{codegen.bind(map, 'map')}({', '.join(parts)})"
+
+
+class FilterVariable(IteratorVariable):
+    """``filter(fn, iterable)``: ``fn`` (or truth, for None) runs when an item is asked for."""
+
+    def __init__(self, fn: VariableTracker, iterator: IteratorVariable):
+        self.fn = fn
+        self.iterator = iterator
+
+    def python_type(self) -> type:
+        return filter
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        is_none = self.fn.is_constant() and self.fn.as_python_constant() is None
+        while (item := self.iterator.next(tx)) is not None:
+            keep = item if is_none else tx.call_function(self.fn, [item], {})
+            if keep.truth(tx):
+                return item
+        return None
+
+    def remaining(self) -> list[VariableTracker]:
+        raise Unsupported("a filter() left mid-iteration (its test has not run on the rest)")
+
+    def reconstruct(self, codegen: Any) -> str:
+        parts = [codegen.reconstruct(self.fn), codegen.reconstruct(self.iterator)]
+        return f"{codegen.bind(filter, 'filter')}({', '.join(parts)})"
+
+
+class ZipVariable(IteratorVariable):
+    """``zip(*iterables, strict=...)``: advances each iterable in turn, stops at the shortest."""
+
+    def __init__(self, iterators: list[IteratorVariable], strict: bool):
+        self.iterators = iterators
+        self.strict = strict
+
+    def python_type(self) -> type:
+        return zip
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        items = []
+        for iterator in self.iterators:
+            item = iterator.next(tx)
+            if item is None:
+                if self.strict:
+                    self._check_all_exhausted(tx, items)
+                return None
+            items.append(item)
+        return TupleVariable(items) if items else None
+
+    def _check_all_exhausted(self, tx: Translator, items: list) -> None:
+        """``strict=True``: the first iterable ended; the others must end with it."""
+        if items or any(i.next(tx) is not None for i in self.iterators[1:]):
+            raise Unsupported("zip(strict=True) over iterables of different lengths")
+
+    def remaining(self) -> list[VariableTracker]:
+        lists = [iterator.remaining() for iterator in self.iterators]
+        if self.strict and len({len(items) for items in lists}) > 1:
+            raise Unsupported("zip(strict=True) over iterables of different lengths")
+        return [TupleVariable(list(group)) for group in zip(*lists)]
+
+    def reconstruct(self, codegen: Any) -> str:
+        parts = [codegen.reconstruct(i) for i in self.iterators]
+        if self.strict:
+            parts.append("strict=True")
+        return f"{codegen.bind(zip, 'zip')}({', '.join(parts)})"
+
+
+class EnumerateVariable(IteratorVariable):
+    """``enumerate(iterable, start)``."""
+
+    def __init__(self, iterator: IteratorVariable, count: int):
+        self.iterator = iterator
+        self.count = count
+
+    def python_type(self) -> type:
+        return enumerate
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        item = self.iterator.next(tx)
+        if item is None:
+            return None
+        self.count += 1
+        return TupleVariable([ConstantVariable(self.count - 1), item])
+
+    def remaining(self) -> list[VariableTracker]:
+        items = self.iterator.remaining()
+        return [TupleVariable([ConstantVariable(self.count + i), v]) for i, v in enumerate(items)]
+
+    def reconstruct(self, codegen: Any) -> str:
+        inner = codegen.reconstruct(self.iterator)
+        return f"{codegen.bind(enumerate, 'enumerate')}({inner}, {self.count})"
+
+
+class GeneratorVariable(IteratorVariable):
+    """A generator the frame created: its code runs (in ``translator``) up to the next
+    ``yield`` each time an item is asked for, as Python runs it."""
+
+    def __init__(self, translator: Translator):
+        self.translator = translator
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        return self.translator.resume_generator()
+
+    def remaining(self) -> list[VariableTracker]:
+        raise Unsupported("a generator left mid-run (its code has not run on the rest)")
+
+    def reconstruct(self, codegen: Any) -> str:
+        raise Unsupported("cannot rebuild a generator the frame created (its code is mid-run)")
 
 
 class SliceVariable(VariableTracker):
@@ -659,6 +998,32 @@ class NestedFunctionVariable(VariableTracker):
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         return tx.inline_nested(self, args, kwargs)
 
+    def reconstruct(self, codegen: Any) -> str:
+        """A new function object over the same code. Not for a closure over the frame's own
+        cells: the rebuilt cells would not be the ones the frame (or a resume function) uses."""
+        from torchkiln.capture.runtime import make_function
+        from torchkiln.capture.translator import RealCellVariable
+
+        if not codegen.rebuilds_functions:
+            raise Unsupported(f"cannot pass {self.describe()} to a resume function")
+        cells = []
+        for cell in self.closure or ():
+            if not isinstance(cell, RealCellVariable):
+                raise Unsupported(f"cannot rebuild {self.describe()}: it closes over frame locals")
+            cells.append(cell.source.removesuffix(".cell_contents"))
+        defaults = "".join(f"{codegen.reconstruct(d)}, " for d in self.defaults or ())
+        kwdefaults = ", ".join(
+            f"{k!r}: {codegen.reconstruct(v)}" for k, v in (self.kwdefaults or {}).items()
+        )
+        parts = [
+            codegen.bind(self.code, "code"),
+            codegen.bind(self.globals, "G"),
+            f"({defaults})",
+            f"{{{kwdefaults}}}",
+            f"({''.join(f'{c}, ' for c in cells)})",
+        ]
+        return f"{codegen.bind(make_function, 'make_function')}({', '.join(parts)})"
+
 
 class UserMethodVariable(VariableTracker):
     """A user function bound to a tracked ``self``."""
@@ -795,7 +1160,8 @@ def _class_lookup(cls: type, name: str) -> Any:
 
 
 class NNModuleVariable(ValueVariable):
-    """An ``nn.Module`` guarded by identity and ``training``; calls inline ``forward``."""
+    """An ``nn.Module`` guarded by type and ``training`` (``GuardSet.module``); calls inline
+    ``forward``."""
 
     def __init__(self, value: torch.nn.Module, source: str | None = None):
         super().__init__(value, source)

@@ -3,6 +3,7 @@ translating, and only when everything the capture assumed still holds."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -18,7 +19,7 @@ import torchkiln
 from torchkiln.api import GraphCompiler
 from torchkiln.backends.debug import eager
 from torchkiln.capture import persist
-from torchkiln.capture.cache import CaptureConfig
+from torchkiln.capture.cache import CaptureConfig, frame_cache
 
 
 @pytest.fixture
@@ -115,6 +116,29 @@ def test_changed_default_arguments_of_an_inlined_function_are_not_loaded(persist
     assert stats() == {"misses": 1, "stores": 1}
 
 
+def apply(x, fn):
+    return fn(x) + 1
+
+
+def multiplier(k):
+    return lambda t: t * k
+
+
+def test_a_function_guarded_by_identity_is_loaded_by_its_code_and_held_weakly(persisted):
+    compiled = torchkiln.compile(apply, backend="eager")
+    double = multiplier(2)
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x, double), x * 2 + 1)
+    assert stats() == {"misses": 1, "stores": 1}
+    torchkiln.reset()
+    torch.testing.assert_close(compiled(x, double), x * 2 + 1)
+    assert stats() == {"hits": 1}
+    del double  # the loaded entry holds it weakly and goes with it
+    gc.collect()
+    assert frame_cache(apply.__code__).all_entries() == []
+    torch.testing.assert_close(compiled(x, multiplier(3)), x * 3 + 1)
+
+
 def test_editing_a_file_the_capture_read_invalidates_the_record(persisted, tmp_path, monkeypatch):
     """The frame's own code is unchanged; the helper it inlined, in another file, is not."""
     src = tmp_path / "src"
@@ -140,17 +164,19 @@ def test_editing_a_file_the_capture_read_invalidates_the_record(persisted, tmp_p
     assert stats() == {"misses": 1, "stores": 1}
 
 
-class WithClassTensor(nn.Module):
-    table = torch.arange(4.0)  # read through the class: no source to read it again from
+class Table:
+    values = torch.arange(4.0)
 
+
+class WithClassTensor(nn.Module):
     def forward(self, x):
-        return x + self.table
+        return x + Table().values  # read through an object made in the frame: no source
 
 
 def test_a_capture_holding_a_tensor_constant_is_not_kept(persisted):
     model = WithClassTensor()
     x = torch.randn(4)
-    torch.testing.assert_close(torchkiln.compile(model, backend="eager")(x), x + model.table)
+    torch.testing.assert_close(torchkiln.compile(model, backend="eager")(x), x + Table.values)
     assert stats() == {"misses": 1, "unportable": 1}
 
 

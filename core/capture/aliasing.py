@@ -1,0 +1,99 @@
+"""Inputs that share memory, when the graph mutates an input.
+
+A graph that writes into an input is only right for the aliasing it was
+captured with: ``f(x, y)`` with ``x.add_(1)`` reads ``y`` before or after the
+write depending on whether ``y`` is a view of ``x``. So such a graph is
+guarded by **storage**, not identity: which argument tensors share a storage
+(``alias_pattern``), and, within a shared storage, at which offset each one
+starts (sizes and strides are guarded per tensor already).
+
+Backends (the AOT layer's functionalization first) see one graph input per
+storage: the aliased inputs of a group are replaced by one *synthetic base*
+(``alias_base``: the whole storage as a 1-D tensor) and each alias is
+rebuilt inside the graph with ``as_strided``, so a write through one alias
+is seen through every other, as in eager.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from torchkiln.capture.guards import COST_TENSOR
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.output_graph import OutputGraph
+
+
+def alias_pattern(*tensors: torch.Tensor) -> tuple[int, ...]:
+    """For each tensor, the index of its storage in order of first appearance: (0, 1, 0)."""
+    seen: dict[int, int] = {}
+    return tuple(seen.setdefault(t.untyped_storage()._cdata, len(seen)) for t in tensors)
+
+
+def alias_base(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage of ``t`` as a 1-D tensor of ``t``'s dtype (a synthetic base)."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+
+
+def _is_argument(source: str) -> bool:
+    """Tensors the caller passes, not a module's own parameters and buffers (those keep
+    their identity from call to call; guarding them would cost a check per weight)."""
+    return "._parameters[" not in source and "._buffers[" not in source
+
+
+def guard_and_merge_aliases(output: OutputGraph) -> None:
+    """If the graph mutates an input: guard the storage aliasing of the argument tensors and
+    replace each group of aliased inputs by a synthetic base."""
+    if not output.mutates_inputs:
+        return
+    arguments = [(s, v, n) for s, v, n in output.inputs if _is_argument(s)]
+    if len(arguments) < 2:
+        return
+    guards = output.guards
+    pattern = alias_pattern(*(value for _, value, _ in arguments))
+    sources = ", ".join(source for source, _, _ in arguments)
+    fn = guards.bind(alias_pattern, "alias_pattern")
+    guards.add(
+        f"{fn}({sources}) == {pattern!r}",
+        COST_TENSOR,
+        f"storages shared by {sources} follow the pattern {pattern}",
+    )
+    groups: dict[int, list] = {}
+    for group, item in zip(pattern, arguments):
+        groups.setdefault(group, []).append(item)
+    for members in groups.values():
+        if len(members) > 1:
+            _merge(output, members)
+
+
+def _merge(output: OutputGraph, members: list) -> None:
+    names = ", ".join(source for source, _, _ in members)
+    first = members[0][1]
+    if any(value.requires_grad for _, value, _ in members):
+        raise Unsupported(f"inputs {names} share memory, one is mutated and one requires grad")
+    if any(value.dtype != first.dtype for _, value, _ in members):
+        raise Unsupported(f"inputs {names} share memory with different dtypes and one is mutated")
+    for source, value, _ in members:
+        output.guards.add(
+            f"{source}.storage_offset() == {value.storage_offset()}",
+            COST_TENSOR,
+            f"{source} starts at offset {value.storage_offset()} of its storage",
+        )
+    make_base = output.guards.bind(alias_base, "alias_base")
+    base = output.add_input(alias_base(first), f"{make_base}({members[0][0]})")
+    graph = output.graph
+    last_placeholder = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    with graph.inserting_after(last_placeholder):
+        for _, value, node in reversed(members):
+            view = graph.call_function(
+                torch.as_strided,
+                (base.node, tuple(value.shape), tuple(value.stride()), value.storage_offset()),
+            )
+            view.meta["example_value"] = node.meta["example_value"]
+            node.replace_all_uses_with(view)
+            graph.erase_node(node)
+    merged = {node for _, _, node in members}
+    output.inputs = [item for item in output.inputs if item[2] not in merged]

@@ -1,0 +1,93 @@
+"""Inputs that share memory with a mutated input (issue #14, item 3): guarded by storage, and
+compiled correctly when a first call already aliases (writes seen through every alias)."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import torchkiln
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+def add_then_read(a, b):
+    a.add_(1)
+    return a + b
+
+
+def write_through_a_view(a, b):
+    a[:2].mul_(2)
+    return b * 3
+
+
+def setitem(a, b):
+    a[0] = 5.0
+    return b.sum()
+
+
+ALIASINGS = {
+    "distinct": lambda x: (x, x.clone()),
+    "same tensor": lambda x: (x, x),
+    "full slice": lambda x: (x, x[:]),
+    "view of view": lambda x: (x, x.view(2, 3).view(6)),
+    "overlapping": lambda x: (x[:4], x[2:]),
+    "overlapping swapped": lambda x: (x[2:], x[:4]),
+    "disjoint views": lambda x: (x[:3], x[3:]),
+}
+
+
+def check(compiled, fn, make_args):
+    x_compiled = torch.randn(6)
+    x_eager = x_compiled.clone()
+    out = compiled(*make_args(x_compiled))
+    assert_close(out, fn(*make_args(x_eager)))
+    assert_close(x_compiled, x_eager)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [add_then_read, write_through_a_view, setitem])
+def test_aliasing_changes_between_calls(backend, fn):
+    compiled = torchkiln.compile(fn, backend=backend)
+    for make_args in [*ALIASINGS.values(), *ALIASINGS.values()]:
+        check(compiled, fn, make_args)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("first", list(ALIASINGS))
+def test_first_call_already_aliased(backend, first):
+    compiled = torchkiln.compile(add_then_read, backend=backend)
+    check(compiled, add_then_read, ALIASINGS[first])
+    check(compiled, add_then_read, ALIASINGS[first])
+    check(compiled, add_then_read, ALIASINGS["distinct"])
+
+
+def test_identical_aliasing_reuses_the_entry():
+    compiled = torchkiln.compile(add_then_read, backend="aot_eager")
+    for _ in range(3):
+        check(compiled, add_then_read, ALIASINGS["overlapping"])
+    assert torchkiln.counters["frames"]["total"] == 1
+
+
+def test_graph_without_mutation_ignores_aliasing():
+    compiled = torchkiln.compile(lambda a, b: a * b, backend="aot_eager")
+    x = torch.randn(6)
+    compiled(x, x.clone())
+    compiled(x, x)
+    assert torchkiln.counters["frames"]["total"] == 1
+
+
+def test_aliased_inputs_that_require_grad_run_eagerly_and_correctly():
+    def fn(a, b):
+        a.add_(1)
+        return (a * b).sum()
+
+    compiled = torchkiln.compile(fn, backend="aot_eager")
+    leaf_c = torch.randn(6, requires_grad=True)
+    leaf_e = leaf_c.detach().clone().requires_grad_()
+    xc, xe = leaf_c * 1, leaf_e * 1
+    out = compiled(xc, xc[:])
+    ref = fn(xe, xe[:])
+    assert_close(out, ref)
+    out.backward()
+    ref.backward()
+    assert_close(leaf_c.grad, leaf_e.grad)
