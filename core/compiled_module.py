@@ -22,6 +22,11 @@ from torch.nn.modules import module as _nn
 from torch.utils.hooks import BackwardHook
 
 
+def _forward_of(module: torch.nn.Module) -> Any:
+    """What ``module.forward`` resolves to now: an instance attribute, else the class's."""
+    return module.__dict__.get("forward") or type(module).forward
+
+
 def has_call_hooks(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` runs hooks around its ``forward``: its own or global ones.
 
@@ -54,18 +59,18 @@ class CompiledModule(torch.nn.Module):
         object.__setattr__(self, "_orig_mod", mod)
         object.__setattr__(self, "_compile_forward", compile_forward)
         object.__setattr__(self, "_compiled_forward", compile_forward(mod.forward))
-        object.__setattr__(self, "_compiled_from", mod.__dict__.get("forward"))
+        object.__setattr__(self, "_compiled_from", _forward_of(mod))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
-        if mod.__dict__.get("forward") is not self._compiled_from:
+        if _forward_of(mod) is not self._compiled_from:
             self._recompile_forward()
         if has_call_hooks(mod):
             return _call_with_hooks(mod, self._compiled_forward, args, kwargs)
         return self._compiled_forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self._orig_mod.__dict__.get("forward") is not self._compiled_from:
+        if _forward_of(self._orig_mod) is not self._compiled_from:
             self._recompile_forward()
         return self._compiled_forward(*args, **kwargs)
 
@@ -89,11 +94,11 @@ class CompiledModule(torch.nn.Module):
         delattr(self._orig_mod, name)
 
     def _recompile_forward(self) -> None:
-        """The original's ``forward`` was replaced (through this wrapper or on the module
-        itself, checked at every call): compile the one calls now reach."""
+        """The original's ``forward`` was replaced (through this wrapper, on the module or on
+        its class: checked at every call): compile the one calls now reach."""
         mod = self._orig_mod
         object.__setattr__(self, "_compiled_forward", self._compile_forward(mod.forward))
-        object.__setattr__(self, "_compiled_from", mod.__dict__.get("forward"))
+        object.__setattr__(self, "_compiled_from", _forward_of(mod))
 
     # A copy compiles the forward of the module it wraps: a compiled forward is bound to the
     # module it was compiled from. Deep copies share the backend, as they share the class.

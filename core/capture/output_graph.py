@@ -250,15 +250,23 @@ class OutputGraph:
             return V.UserMethodVariable(class_attr.__func__, V.ClassVariable(type(module)))
         return V.UserMethodVariable(class_attr, vt)
 
-    def guard_class_member(self, vt: V.NNModuleVariable, name: str) -> None:
-        """``vt.name`` is read from the class (fixed by the type guard): guard that no
-        instance attribute of that name hides it."""
-        if vt.source:
+    def guard_class_member(self, vt: V.VariableTracker, name: str) -> None:
+        """``vt.name`` is a method read from the class: guard that no instance attribute of
+        that name hides it, and that the class (or a base) still holds the same one
+        (classes are patched at run time too)."""
+        src = vt.source
+        if not src:
+            return
+        if hasattr(vt.value, "__dict__"):
             self.guards.add(
-                f"{name!r} not in {vt.source}.__dict__",
-                2,
-                f"{vt.source} has no instance attribute {name!r}",
+                f"{name!r} not in {src}.__dict__", 2, f"{src} has no instance attribute {name!r}"
             )
+        for i, cls in enumerate(type(vt.value).__mro__):  # the type guard fixes the MRO
+            in_class = f"type({src}).__mro__[{i}].__dict__"
+            if name in cls.__dict__:
+                self.guards.identity(f"{in_class}[{name!r}]", cls.__dict__[name])
+                return
+            self.guards.add(f"{name!r} not in {in_class}", 2, f"{cls.__name__} has no {name!r}")
 
     def call_module(
         self, tx: Any, vt: V.NNModuleVariable, args: list, kwargs: dict

@@ -240,7 +240,10 @@ def _recipe(name: str, value: Any, guard_set: GuardSet) -> tuple:
     elif isinstance(value, inspect.Signature):
         return ("value", value)  # pickled; its annotations and defaults must pickle too
     try:
-        return ("import", _importable_name(value))
+        # a function found by name must still be the code that was traced: the name may
+        # have been rebound (monkeypatched) since
+        code = value.__code__ if isinstance(value, types.FunctionType) else None
+        return ("import", _importable_name(value), code and code_fingerprint(code))
     except Uncacheable:
         pass
     raise Uncacheable(f"{name} holds a {type(value).__qualname__} with no recipe")
@@ -430,7 +433,10 @@ def _resolve(recipe: tuple, ns: dict, frame: dict, code: types.CodeType, cfg: An
     if kind == "value":
         return recipe[1]
     if kind == "import":
-        return _import(recipe[1])
+        found = _import(recipe[1])
+        if recipe[2] is not None and code_fingerprint(found.__code__) != recipe[2]:
+            raise _Mismatch(f"{recipe[1]} has other code")
+        return found
     if kind == "module":
         return sys.modules[recipe[1]]
     if kind == "globals":

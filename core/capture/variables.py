@@ -1119,6 +1119,10 @@ class UserObjectVariable(ValueVariable):
             return tx.output.wrap(
                 self.value.__dict__[name], f"{self.source}.{name}" if self.source else None
             )
+        if self.value is not None and isinstance(
+            class_attr, (types.FunctionType, staticmethod, classmethod)
+        ):
+            tx.output.guard_class_member(self, name)
         if binds_to_real_object(class_attr):  # first: the ``Mapping`` mixins are functions too
             return method_of_real_object(tx, class_attr, self)
         if isinstance(class_attr, types.FunctionType):
@@ -1130,7 +1134,10 @@ class UserObjectVariable(ValueVariable):
         if class_attr is not _MISSING:
             if hasattr(class_attr, "__get__"):  # slots, cached_property...: read natively
                 raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
-            return tx.output.wrap(class_attr, None)
+            # read through the instance: an instance attribute set later, or a class
+            # attribute changed, is then seen by the guards
+            source = f"{self.source}.{name}" if self.source and self.value is not None else None
+            return tx.output.wrap(class_attr, source)
         if self.source:
             tx.output.guards.add(
                 f"not hasattr({self.source}, {name!r})", 2, f"{self.source} has no {name!r}"

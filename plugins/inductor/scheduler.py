@@ -191,6 +191,69 @@ class Schedule:
     fusion_log: list[str] = field(default_factory=list)
 
 
+class _Ancestry:
+    """Each kernel's ancestors, kept exact as kernels fuse, to refuse fusions that close a cycle.
+
+    Fusing ``a`` and ``b`` is illegal when a path ``a -> c -> ... -> b`` runs through a kernel
+    ``c`` outside them. Such a path may pass through a kernel formed by an earlier fusion
+    (into one of its nodes, out of another), so the graph and the ancestors are kept per
+    kernel, not per node; ancestors are bitmasks over the steps (fused nodes and extern
+    calls), in program order.
+    """
+
+    def __init__(self, deps: dict[str, set[str]], order: list[str]):
+        self._kernel = {name: name for name in order}  # step -> the step naming its kernel
+        self._steps = {name: [name] for name in order}  # kernel -> its steps
+        self._members = {name: 1 << i for i, name in enumerate(order)}  # the same, a bitmask
+        self._preds = {name: set(deps[name]) for name in order}  # kernel -> kernels it reads
+        self._succs: dict[str, set[str]] = {name: set() for name in order}
+        self._ancestors: dict[str, int] = {}  # kernel -> the steps it depends on
+        for name in order:
+            mask = 0
+            for d in deps[name]:
+                self._succs[d].add(name)
+                mask |= self._members[d] | self._ancestors[d]
+            self._ancestors[name] = mask
+
+    def creates_cycle(self, a: str, b: str) -> bool:
+        """Whether fusing the kernels of steps ``a`` and ``b`` would close a cycle."""
+        ka, kb = self._kernel[a], self._kernel[b]
+        return self._path_through_other(ka, kb) or self._path_through_other(kb, ka)
+
+    def _path_through_other(self, src: str, dst: str) -> bool:
+        """A direct predecessor of ``dst``, other than ``src``, that depends on ``src``."""
+        members = self._members[src]
+        return any(p != src and self._ancestors[p] & members for p in self._preds[dst])
+
+    def fuse(self, a: str, b: str) -> None:
+        """Record that the kernels of steps ``a`` and ``b`` became one."""
+        ka, kb = self._kernel[a], self._kernel[b]
+        for step in self._steps[kb]:
+            self._kernel[step] = ka
+        self._steps[ka] += self._steps.pop(kb)
+        members = self._members[ka] | self._members.pop(kb)
+        self._members[ka] = members
+        ancestors = (self._ancestors[ka] | self._ancestors.pop(kb)) & ~members
+        self._ancestors[ka] = ancestors
+        preds_b, succs_b = self._preds.pop(kb) - {ka}, self._succs.pop(kb) - {ka}
+        for pred in preds_b:
+            self._succs[pred].discard(kb)
+            self._succs[pred].add(ka)
+        for succ in succs_b:
+            self._preds[succ].discard(kb)
+            self._preds[succ].add(ka)
+        self._preds[ka] = (self._preds[ka] - {kb}) | preds_b
+        self._succs[ka] = (self._succs[ka] - {kb}) | succs_b
+        # descendants now depend on the whole kernel and its ancestors; one that already
+        # did has descendants that did too
+        need, todo = members | ancestors, list(self._succs[ka])
+        while todo:
+            kernel = todo.pop()
+            if need & ~self._ancestors[kernel]:
+                self._ancestors[kernel] |= need
+                todo.extend(self._succs[kernel])
+
+
 class Scheduler:
     def __init__(
         self,
@@ -210,7 +273,7 @@ class Scheduler:
             elif isinstance(buf, ExternKernel):
                 self.externs.append(ExternStep(buf, order))
         self._deps = self._direct_dependencies()
-        self._ancestors = self._ancestor_sets()
+        self._ancestry = _Ancestry(self._deps, self._program_order())
         self.fuse = fuse
         self.epilogue_fusion = epilogue_fusion
         self.max_rounds = max_rounds
@@ -247,19 +310,11 @@ class Scheduler:
                 last_effect = ext.kernel.name
         return deps
 
-    def _ancestor_sets(self) -> dict[str, set[str]]:
-        order = sorted(
-            [(n.order, n.name) for n in self.nodes]
-            + [(e.order, e.kernel.name) for e in self.externs]
-        )
-        anc: dict[str, set[str]] = {}
-        for _, name in order:
-            acc: set[str] = set()
-            for d in self._deps[name]:
-                acc.add(d)
-                acc |= anc[d]
-            anc[name] = acc
-        return anc
+    def _program_order(self) -> list[str]:
+        steps = [(n.order, n.name) for n in self.nodes] + [
+            (e.order, e.kernel.name) for e in self.externs
+        ]
+        return [name for _, name in sorted(steps)]
 
     # -- fusion ------------------------------------------------------------------
     def run(self) -> Schedule:
@@ -276,6 +331,31 @@ class Scheduler:
         return Schedule(steps, self._internal_buffers(kernels), self.log)
 
     def _fuse_once(self, kernels: list[FusedKernel]) -> list[FusedKernel]:
+        merged: dict[int, FusedKernel] = {i: k for i, k in enumerate(kernels)}
+        owner = list(range(len(kernels)))
+
+        def find(i: int) -> int:
+            while owner[i] != i:
+                i = owner[i]
+            return i
+
+        for a, b in self._candidates(kernels):
+            ra, rb = find(a), find(b)
+            if ra == rb:
+                continue
+            fused = self._try_fuse(merged[ra], merged[rb])
+            if fused is not None:
+                self.log.append(
+                    f"fused {[n.name for n in merged[ra].nodes]} + {[n.name for n in merged[rb].nodes]}"
+                )
+                self._ancestry.fuse(merged[ra].nodes[0].name, merged[rb].nodes[0].name)
+                merged[ra] = fused
+                del merged[rb]
+                owner[rb] = ra
+        return sorted(merged.values(), key=lambda k: k.order)
+
+    def _candidates(self, kernels: list[FusedKernel]) -> list[tuple[int, int]]:
+        """Pairs of ``kernels`` (indices) worth fusing, best first."""
         candidates = []
         by_read: dict[str, list[int]] = {}
         for i, k in enumerate(kernels):
@@ -302,27 +382,7 @@ class Scheduler:
                     seen.add((a, b))
                     candidates.append((0, -abs(kernels[a].order - kernels[b].order), a, b))
         candidates.sort(reverse=True)
-        merged: dict[int, FusedKernel] = {i: k for i, k in enumerate(kernels)}
-        owner = list(range(len(kernels)))
-
-        def find(i: int) -> int:
-            while owner[i] != i:
-                i = owner[i]
-            return i
-
-        for _, _, a, b in candidates:
-            ra, rb = find(a), find(b)
-            if ra == rb:
-                continue
-            fused = self._try_fuse(merged[ra], merged[rb])
-            if fused is not None:
-                self.log.append(
-                    f"fused {[n.name for n in merged[ra].nodes]} + {[n.name for n in merged[rb].nodes]}"
-                )
-                merged[ra] = fused
-                del merged[rb]
-                owner[rb] = ra
-        return sorted(merged.values(), key=lambda k: k.order)
+        return [(a, b) for _, _, a, b in candidates]
 
     def _kernel_reads(self, k: FusedKernel) -> set[str]:
         out: set[str] = set()
@@ -349,10 +409,9 @@ class Scheduler:
         outer = self._common_outer(a, b)
         if outer is None:
             return None
-        names_a, names_b = a.names(), b.names()
         if not self.epilogue_fusion and self._feeds_from_reduction(a, b):
             return None
-        if self._creates_cycle(names_a, names_b) or self._creates_cycle(names_b, names_a):
+        if self._ancestry.creates_cycle(a.nodes[0].name, b.nodes[0].name):
             return None
         nodes = sorted([*a.nodes, *b.nodes], key=lambda n: n.order)
         if not self._accesses_agree(nodes, outer):
@@ -381,16 +440,6 @@ class Scheduler:
         if outer and all(n.split(outer) is not None for n in (*a.nodes, *b.nodes)):
             return outer
         return None
-
-    def _creates_cycle(self, src: set[str], dst: set[str]) -> bool:
-        """A path src -> (something else) -> dst would make the fused kernel wait on itself."""
-        for d in dst:
-            for mid in self._deps[d]:
-                if mid in src or mid in dst:
-                    continue
-                if self._ancestors[mid] & src:
-                    return True
-        return False
 
     def _accesses_agree(self, nodes: list[SchedulerNode], outer: tuple[int, ...]) -> bool:
         stores = {}

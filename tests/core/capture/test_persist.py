@@ -14,6 +14,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn as nn
+from torch.testing import assert_close
 
 import torchkiln
 from torchkiln.api import GraphCompiler
@@ -271,3 +272,26 @@ def test_a_cache_directory_that_cannot_be_written_costs_nothing_but_time(tmp_pat
     monkeypatch.setattr(torchkiln.config, "persist_captures", True)
     run_compiled(Stack(2))
     assert "stores" not in stats()
+
+
+class Patched:
+    def method(self, x):
+        return x * 2
+
+
+def calls_patched_method(x):
+    return PATCHED.method(x)
+
+
+PATCHED = Patched()
+
+
+def test_a_method_rebound_since_capture_is_not_loaded(persisted, monkeypatch):
+    """A record's functions are found again by name: a name rebound since then (a
+    monkeypatched method) names other code, and the record must not be used."""
+    x = torch.randn(3)
+    torchkiln.compile(calls_patched_method, backend="eager")(x)
+    torchkiln.reset()
+    monkeypatch.setattr(Patched, "method", lambda self, x: x - 1)
+    assert_close(torchkiln.compile(calls_patched_method, backend="eager")(x), x - 1)
+    assert stats()["misses"] >= 1 and stats().get("hits", 0) == 0
