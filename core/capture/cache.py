@@ -263,13 +263,21 @@ def run_frame(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, arg
 
 
 def dispatcher(
-    fn: types.FunctionType, cfg: CaptureConfig, bound_self: Any = None, bound: bool = False
+    fn: types.FunctionType | types.CodeType,
+    cfg: CaptureConfig,
+    bound_self: Any = None,
+    bound: bool = False,
 ) -> Callable[..., Any]:
-    """The per-call fast path for ``fn`` (generated: see ``signature.dispatch_source``)."""
-    cache = frame_cache(fn.__code__)
+    """The per-call fast path for ``fn`` (generated: see ``signature.dispatch_source``).
+
+    Given a code object instead of a function, the dispatcher takes the function as its
+    first argument, so that one dispatcher serves every function of that code and holds
+    none of them (graph breaks call through such dispatchers: ``CallThroughDispatch``).
+    """
+    code = fn if isinstance(fn, types.CodeType) else fn.__code__
+    cache = frame_cache(code)
     ns = {
         "___entries": cache.entries(cfg),
-        "___fn": fn,
         "___self": bound_self,
         "___cfg": cfg,
         "___cache": cache,
@@ -278,14 +286,10 @@ def dispatcher(
         "___D": MISSING,
         "___default": default_argument,
     }
-    exec(
-        compile(
-            dispatch_source(fn.__code__, bound),
-            f"<torchkiln dispatch {where(fn.__code__)}>",
-            "exec",
-        ),
-        ns,
-    )
+    if code is not fn:
+        ns["___fn"] = fn
+    source = dispatch_source(code, bound, fn_param=code is fn)
+    exec(compile(source, f"<torchkiln dispatch {where(code)}>", "exec"), ns)
     return ns["___dispatch"]
 
 

@@ -108,11 +108,10 @@ class CallThroughDispatch:
             or is_stdlib(module)
         ):
             return fn(*args, **kwargs)
-        key = (target, id(target.__globals__))
-        wrapper = self.wrappers.get(key)
-        if wrapper is None:
-            wrapper = self.wrappers[key] = (target, dispatcher(target, self.cfg))
-        return wrapper[1](*bound, *args, **kwargs)
+        dispatch = self.wrappers.get(target.__code__)
+        if dispatch is None:  # one per code, holding no function (closures die as in eager)
+            dispatch = self.wrappers[target.__code__] = dispatcher(target.__code__, self.cfg)
+        return dispatch(target, *bound, *args, **kwargs)
 
 
 def capture_with_break(

@@ -61,7 +61,7 @@ def _signature_parts(code: types.CodeType, names: list[str]) -> tuple[list[str],
     return decl, call
 
 
-def dispatch_source(code: types.CodeType, bound: bool) -> str:
+def dispatch_source(code: types.CodeType, bound: bool, fn_param: bool = False) -> str:
     """``___dispatch`` with ``code``'s own signature (so CPython binds the call), minus ``self`` if bound.
 
     Every parameter defaults to ``___D`` (``MISSING``) and takes ``___fn``'s default at call
@@ -82,6 +82,8 @@ def dispatch_source(code: types.CodeType, bound: bool) -> str:
         if not (bound and i == 0)
     )
     passed = ", ".join(frame_locals)
+    if fn_param:  # the function is the first argument, not a name of the namespace
+        decl = ["___fn", *decl]
     return (
         f"def ___dispatch({', '.join(decl)}):\n"
         f"{defaults}"

@@ -325,3 +325,28 @@ def test_a_function_guarded_by_identity_is_held_weakly():
     assert ref() is None
     assert frame_cache(apply.__code__).all_entries() == []
     torch.testing.assert_close(compiled(x, lambda t: t * 3), x * 3 + 1)
+
+
+def test_a_closure_called_at_a_graph_break_is_freed():
+    def outer(x, fn):
+        return fn(x + 1) * 2  # fn breaks the graph: it is called through a dispatcher
+
+    compiled = torchkiln.compile(outer, backend="eager")
+    x = torch.randn(3)
+    payload = torch.randn(3)
+
+    def make(scale):
+        def fn(t):
+            t = t * scale
+            print(end="")
+            return t + payload
+
+        return fn
+
+    for scale in (2.0, 3.0):
+        fn = make(scale)
+        torch.testing.assert_close(compiled(x, fn), outer(x, fn))
+    ref = weakref.ref(fn)
+    del fn
+    gc.collect()
+    assert ref() is None
