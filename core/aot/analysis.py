@@ -30,7 +30,10 @@ class OutputAlias:
     stride: tuple[int, ...]
     storage_offset: int
     is_base_itself: bool
-    requires_grad: bool
+    #: The graph detached it (its base required grad, the view does not): rebuilt detached.
+    #: Otherwise it is rebuilt from the base as it is now, so it requires grad exactly when
+    #: eager's view would (views keep it even under no_grad and inference mode).
+    detached: bool
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
                 stride=tuple(out.stride()),
                 storage_offset=out.storage_offset(),
                 is_base_itself=out is tensor_inputs[base],
-                requires_grad=out.requires_grad,
+                detached=required_grad[base] and not out.requires_grad,
             )
         )
     return GraphMeta(

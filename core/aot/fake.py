@@ -34,8 +34,10 @@ def fake_mode_and_inputs(example_inputs: list) -> tuple[FakeTensorMode, list]:
 
 
 def fresh_copies(fake_inputs: list, mode: FakeTensorMode) -> list:
-    """Leaf copies with the same layout and requires_grad, safe to mutate."""
-    with mode, torch.no_grad():
+    """Leaf copies with the same layout and requires_grad, safe to mutate: normal tensors
+    even under inference mode, as the real inputs are (views of inference tensors lose
+    requires_grad, views of normal ones keep it)."""
+    with mode, torch.inference_mode(False), torch.no_grad():
         copies = [
             torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
             if isinstance(t, torch.Tensor)

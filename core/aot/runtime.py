@@ -178,7 +178,7 @@ def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
         if alias.is_base_itself:
             outputs[alias.index] = base
             continue
-        if not alias.requires_grad:
+        if alias.detached:
             base = base.detach()
         outputs[alias.index] = base.as_strided(alias.size, alias.stride, alias.storage_offset)
     if meta.output_container is None:

@@ -134,6 +134,7 @@ class OutputGraph:
         fake_args = [to_fake(a) for a in args]
         fake_kwargs = {k: to_fake(v) for k, v in kwargs.items()}
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        layout_before = self._input_layout(fake_args[0]) if fake_args else None
         try:
             example = self.fakes.run(kind, target, fake_args, fake_kwargs)
         except Unsupported:
@@ -142,6 +143,9 @@ class OutputGraph:
             if type(e).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
                 raise Unsupported(f"{name} has a data-dependent result ({type(e).__name__})") from e
             raise Unsupported(f"{name} failed while tracing: {type(e).__name__}: {e}") from e
+        if layout_before is not None and self._input_layout(fake_args[0]) != layout_before:
+            # backends (the AOT layer) compile data mutations of inputs, not layout changes
+            raise Unsupported(f"{name} changes the size or strides of a graph input in place")
         if not _contains_tensor(example) and target is not operator.setitem:
             if not is_plain_result(example):
                 raise Unsupported(f"{name} returned a {type(example).__name__}")
@@ -155,6 +159,12 @@ class OutputGraph:
                 self._note_write(arg)
                 return arg  # in-place op: keep the input's identity
         return self.wrap_result(node, example)
+
+    def _input_layout(self, fake: Any) -> tuple | None:
+        """Size, strides and offset of ``fake`` if it views an input's memory, else None."""
+        if not isinstance(fake, torch.Tensor) or _storage_id(fake) not in self._input_storages:
+            return None
+        return (fake.shape, fake.stride(), fake.storage_offset())
 
     def _note_write(self, vt: V.TensorVariable) -> None:
         """An op wrote into ``vt``: through a view or not, is that an input's memory?"""

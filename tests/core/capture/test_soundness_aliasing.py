@@ -91,3 +91,36 @@ def test_aliased_inputs_that_require_grad_run_eagerly_and_correctly():
     out.backward()
     ref.backward()
     assert_close(leaf_c.grad, leaf_e.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_place_layout_change_of_an_input(backend):
+    def fn(x):
+        x.unsqueeze_(0)
+        return x.sum(-1)
+
+    compiled = torchkiln.compile(fn, backend=backend)
+    for _ in range(2):
+        x_compiled = torch.randn(2, 3)
+        x_eager = x_compiled.clone()
+        assert_close(compiled(x_compiled), fn(x_eager))
+        assert x_compiled.shape == x_eager.shape == (1, 2, 3)
+
+
+def returns_a_view_of_its_input(x):
+    return x[1:], x * 2
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_returned_view_keeps_requires_grad_like_eager(backend, mode):
+    """Views keep their base's requires_grad under no_grad and inference mode alike; a plan
+    first built for an input that did not require grad must not detach them later."""
+    compiled = torchkiln.compile(returns_a_view_of_its_input, backend=backend)
+    compiled(torch.randn(2, 3))
+    x = torch.randn(2, 3, requires_grad=True)
+    context = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+    with context:
+        out, ref = compiled(x), returns_a_view_of_its_input(x)
+    assert [o.requires_grad for o in out] == [r.requires_grad for r in ref]
+    assert_close(out, ref)
