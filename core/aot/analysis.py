@@ -37,6 +37,19 @@ class OutputAlias:
 
 
 @dataclass(frozen=True)
+class SharedOutputs:
+    """Computed outputs that are views of one intermediate tensor (``y, y.view(-1), y[0]``).
+
+    A backend may return them as separate tensors; the runtime makes them views of one
+    buffer of ``numel`` elements again, so that a write through one shows in the others.
+    ``members`` holds ``(output index, size, stride, storage offset)``.
+    """
+
+    numel: int
+    members: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]
+
+
+@dataclass(frozen=True)
 class GraphMeta:
     """How the graph's inputs and outputs relate (see module docstring).
 
@@ -59,6 +72,7 @@ class GraphMeta:
     computed_requires_grad: tuple[bool, ...]
     output_container: type | None
     fw_output_specs: tuple[tuple[torch.Size, torch.dtype, torch.device], ...]
+    shared_outputs: tuple[SharedOutputs, ...] = ()
 
 
 def _storage_id(t: torch.Tensor) -> int:
@@ -142,4 +156,23 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
             (t.size(), t.dtype, t.device)
             for t in [tensor_inputs[i] for i in mutated] + [outputs[i] for i in computed]
         ),
+        shared_outputs=_shared_outputs(outputs, computed),
     )
+
+
+def _shared_outputs(outputs: list, computed: list[int]) -> tuple[SharedOutputs, ...]:
+    by_storage: dict[int, list[int]] = {}
+    for index in computed:
+        by_storage.setdefault(_storage_id(outputs[index]), []).append(index)
+    groups = []
+    for indices in by_storage.values():
+        tensors = [outputs[i] for i in indices]
+        if len(indices) < 2 or len({t.dtype for t in tensors}) > 1:
+            continue  # views of another dtype (``view(dtype)``) are left as they are
+        members = tuple(
+            (i, tuple(t.size()), tuple(t.stride()), t.storage_offset())
+            for i, t in zip(indices, tensors)
+        )
+        numel = tensors[0].untyped_storage().nbytes() // tensors[0].element_size()
+        groups.append(SharedOutputs(numel, members))
+    return tuple(groups)

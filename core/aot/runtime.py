@@ -24,7 +24,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from torchkiln import logs
-from torchkiln.aot.analysis import GraphMeta
+from torchkiln.aot.analysis import GraphMeta, SharedOutputs
 from torchkiln.capture.cache import compile_lock
 
 Compiler = Callable[[fx.GraphModule, list], Callable]
@@ -162,6 +162,18 @@ def run_training(plan: TrainingPlan, args: Sequence) -> list:
     return list(CompiledFunction.apply(plan, *args))
 
 
+def _share_storage(outputs: list, group: SharedOutputs) -> None:
+    """Make the outputs of ``group`` views of one buffer again (see ``SharedOutputs``)."""
+    tensors = [outputs[index] for index, *_ in group.members]
+    if len({t.untyped_storage()._cdata for t in tensors}) == 1:
+        return  # the backend returned views already
+    base = tensors[0].new_empty(group.numel)
+    for (index, size, stride, offset), value in zip(group.members, tensors):
+        view = base.as_strided(size, stride, offset)
+        view.copy_(value)  # recorded by autograd when ``value`` requires grad
+        outputs[index] = view
+
+
 def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
     """Apply input mutations, rebuild aliased and constant outputs, shape the result."""
     num_mutated = len(meta.mutated_inputs)
@@ -171,6 +183,8 @@ def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
     outputs: list = [None] * meta.num_outputs
     for index, value in zip(meta.computed_outputs, fw_outs[num_mutated:]):
         outputs[index] = value
+    for group in meta.shared_outputs:
+        _share_storage(outputs, group)
     for index, value in meta.constants.items():
         outputs[index] = value
     for alias in meta.aliases:

@@ -124,3 +124,28 @@ def test_a_returned_view_keeps_requires_grad_like_eager(backend, mode):
         out, ref = compiled(x), returns_a_view_of_its_input(x)
     assert [o.requires_grad for o in out] == [r.requires_grad for r in ref]
     assert_close(out, ref)
+
+
+def views_of_an_intermediate(x):
+    y = x * 2
+    return y, y.view(-1), y[0], y[1:].t()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_outputs_that_view_one_intermediate_share_its_memory(backend, requires_grad):
+    compiled = torchkiln.compile(views_of_an_intermediate, backend=backend)
+    x = torch.randn(3, 4, requires_grad=requires_grad)
+    out, ref = compiled(x), views_of_an_intermediate(x)
+    assert_close(out, ref)
+    storages = {o.untyped_storage()._cdata for o in out}
+    assert len(storages) == 1
+    if requires_grad:
+        grads = [torch.randn_like(r) for r in ref]
+        torch.autograd.backward(out, grads)
+        expected = torch.autograd.grad(ref, x, grads)[0]
+        assert_close(x.grad, expected)
+    else:
+        out[0].add_(1)  # seen through the other views, as in eager
+        ref[0].add_(1)
+        assert_close(out, ref)
