@@ -38,6 +38,7 @@ from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta
 from torchkiln.aot.runtime import TrainingPlan
 from torchkiln.capture.cache import counters
+from torchkiln.capture.guards import autocast_state
 from torchkiln.disk_cache import (
     Uncacheable,
     cache_dir,
@@ -141,10 +142,10 @@ def inputs_fingerprint(args: list) -> str:
 
 
 def _global_state() -> str:
-    """Global settings tracing bakes into a graph."""
+    """Global settings tracing bakes into a graph (autocast: every device's dtype too)."""
     return (
-        f"{torch.get_default_dtype()}|{torch.is_autocast_enabled('cpu')}|"
-        f"{torch.is_autocast_enabled('cuda')}|{torch.are_deterministic_algorithms_enabled()}"
+        f"{torch.get_default_dtype()}|{autocast_state()}|{torch.is_inference_mode_enabled()}|"
+        f"{torch.are_deterministic_algorithms_enabled()}"
     )
 
 

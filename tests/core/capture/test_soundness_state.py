@@ -167,3 +167,15 @@ def test_sizes_through_numpy_do_not_recompile(backend):
         assert_close(f(x), numpy_sizes(x))
     assert frames() == after_first
     assert torchkiln.counters["recompiles"]["total"] == 0
+
+
+def test_autocast_dtype_change_is_not_served_from_the_plan_cache(tmp_path, monkeypatch):
+    """The on-disk plan cache keys plans by the whole autocast state, dtype included."""
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    f = torchkiln.compile(matmul, backend="inductor")  # inductor's plans are kept on disk
+    x, w = torch.randn(4, 8), torch.randn(8, 4)
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", dtype=dtype):
+            out = f(x, w)
+            assert out.dtype == dtype
+            assert_close(out, matmul(x, w))
