@@ -1,10 +1,12 @@
 """torchkiln_inductor: the inductor backend plugin.
 
 Pipeline (one module per stage): :mod:`.passes` (graph passes) ->
-:mod:`.graph` + :mod:`.lowering` (aten -> loop IR of :mod:`.ir`) ->
-:mod:`.scheduler` (fusion) -> :mod:`.codegen.cpp` (kernels) and
-:mod:`.codegen.wrapper` (the Python wrapper) -> :mod:`.cpp_build` (compile
-cache). :mod:`.backend` is the entry point, :mod:`.options` the schema.
+:mod:`.graph` + :mod:`.lowering` (aten -> loop IR of :mod:`.ir`, bodies
+recorded as ops lists of :mod:`.loop_body`, choices per :mod:`.device`) ->
+:mod:`.scheduler` (fusion) -> :mod:`.kernel_plan` (device-neutral kernel
+plans) -> :mod:`.codegen.cpp` (kernels) and :mod:`.codegen.wrapper` (the
+Python wrapper) -> :mod:`.cpp_build` (compile cache). :mod:`.backend` is the
+entry point, :mod:`.options` the schema.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ from torch.fx import GraphModule
 
 from torchkiln import logs
 from torchkiln.aot import ArtifactCodec
-from torchkiln.exc import NotImplementedYet
 from torchkiln.plugin import source_fingerprint
 
 from .compile_fx import CompiledGraph, GraphArtifact, compile_fx
 from .cpp_build import toolchain_id
+from .device import device_caps
 from .lowering import LOWERINGS
 from .options import InductorOptions, parse_options
 
@@ -73,13 +73,10 @@ def decompositions() -> dict:
 
 
 def _check_devices(example_inputs: list[Any]) -> None:
+    """Refuse, before tracing, inputs on a device without a code generator."""
     for x in example_inputs:
-        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
-            raise NotImplementedYet(
-                "the inductor backend generates C++ for CPU tensors only; GPU code generation "
-                f"(Triton) is not built yet (got a {x.device.type} input): use "
-                "backend='aot_eager' on GPU for now"
-            )
+        if isinstance(x, torch.Tensor):
+            device_caps(x.device)
 
 
 def _dump(compiled: Callable) -> GraphArtifact | None:

@@ -1,4 +1,5 @@
-"""The aten-graph compiler: passes -> lowering -> scheduling -> C++ and wrapper -> callable.
+"""The aten-graph compiler: passes -> lowering -> scheduling -> kernel plans -> C++ and
+wrapper -> callable.
 
 :func:`compile_fx` takes a functional aten graph (flat tensor placeholders,
 flat tuple output; what the AOT layer hands a backend) and returns a
@@ -23,8 +24,10 @@ from . import trace
 from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
 from .codegen.wrapper import WrapperCodegen
 from .cpp_build import load_library
+from .device import DeviceCaps, device_caps
 from .graph import GraphLowering
 from .ir import GraphIR, StorageView
+from .kernel_plan import KernelPlan, plan_kernel
 from .options import InductorOptions
 from .passes import run_passes
 from .scheduler import FusedKernel, Schedule, Scheduler
@@ -78,6 +81,7 @@ class GeneratedGraph:
 
     graph: GraphIR
     schedule: Schedule
+    plans: dict[str, KernelPlan]  # by kernel name
     kernels: list[GeneratedKernel]
     artifact: GraphArtifact
     options: InductorOptions
@@ -131,25 +135,23 @@ def generate(
     run_passes(gm)
     if tracer:
         tracer.write("fx_graph_after_passes.py", gm.print_readable(print_output=False))
-    graph = GraphLowering(gm, example_inputs, options.fallback_random).lower()
+    caps = device_caps(_device(example_inputs))
+    graph = GraphLowering(gm, example_inputs, caps, options.fallback_random).lower()
     timings["lower"] = time.perf_counter() - t0
     output_names = {o.buffer.name for o in graph.outputs if isinstance(o, StorageView)}
     if tracer:
         tracer.write("ir_before_fusion.txt", graph.describe())
         unfused = Scheduler(graph, output_names, fuse=False).run()
-        tracer.write("schedule_before_fusion.txt", _describe_schedule(unfused))
+        tracer.write("schedule_before_fusion.txt", _describe_schedule(unfused, caps))
     schedule = Scheduler(graph, output_names, epilogue_fusion=options.epilogue_fusion).run()
+    plans = _plans(schedule, caps)
     if tracer:
-        tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule))
+        tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule, caps, plans))
     timings["schedule"] = time.perf_counter() - t0 - timings["lower"]
-    kernels, plans = generate_kernels(
-        schedule, graph, options.simdlen, options.threads, options.parallel_threshold
+    by_step = generate_kernels(
+        plans, graph, options.simdlen, options.threads, options.parallel_threshold
     )
-    by_step = {}
-    it = iter(kernels)
-    for step in schedule.steps:
-        if isinstance(step, FusedKernel):
-            by_step[step.name] = next(it)
+    kernels = list(by_step.values())
     wrapper = WrapperCodegen(graph, schedule, plans, by_step, single)
     wrapper_source = wrapper.generate()
     artifact = GraphArtifact(
@@ -160,7 +162,7 @@ def generate(
         wrapper.namespace,
         dict(graph.fallbacks),
     )
-    generated = GeneratedGraph(graph, schedule, kernels, artifact, options, timings)
+    generated = GeneratedGraph(graph, schedule, plans, kernels, artifact, options, timings)
     if logs.enabled("output_code"):
         logs.artifact("output_code", "%s", artifact.output_code())
     if tracer:
@@ -194,13 +196,31 @@ def _output_node(gm: GraphModule):
     return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
 
 
-def _describe_schedule(schedule: Schedule) -> str:
+def _device(example_inputs: list[Any]) -> torch.device:
+    """The device of the graph's tensors (CPU for a graph without tensor inputs)."""
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+def _plans(schedule: Schedule, caps: DeviceCaps) -> dict[str, KernelPlan]:
+    return {
+        step.name: plan_kernel(step, schedule.internal, caps)
+        for step in schedule.steps
+        if isinstance(step, FusedKernel)
+    }
+
+
+def _describe_schedule(
+    schedule: Schedule, caps: DeviceCaps, plans: dict[str, KernelPlan] | None = None
+) -> str:
+    """Each step in order, kernels with their plan and ops (``plans``: made if not given)."""
+    plans = plans if plans is not None else _plans(schedule, caps)
     lines = []
     for step in schedule.steps:
         if isinstance(step, FusedKernel):
-            lines.append(f"{step.name}: outer {list(step.outer)}")
-            for n in step.nodes:
-                lines.append(f"    {n!r} inner {list(step.inner_of(n))}")
+            lines.append(plans[step.name].describe())
         else:
             lines.append(f"extern {step.kernel.name}: {step.kernel.op}")
     lines += schedule.fusion_log

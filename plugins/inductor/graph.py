@@ -15,6 +15,7 @@ backward for the strides the forward produced.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,27 +23,26 @@ from torch.fx import GraphModule, Interpreter, Node
 
 from torchkiln.exc import NotImplementedYet
 
-from .codegen.cpp import supports_dtype
+from .device import DeviceCaps, device_caps
 from .ir import (
     ComputedBuffer,
     ConstantBuffer,
     ExternArg,
     ExternKernel,
     GraphIR,
+    Index,
     InputBuffer,
     Layout,
     MultiOutput,
-    Pointwise,
     PointwiseValue,
-    Reduction,
     StorageView,
     TensorValue,
 )
-from .lowering import EXTERN_OPS, LOWERINGS, RANDOM_OPS, Unlowerable
+from .loop_body import Value
+from .lowering import LOWERINGS, RANDOM_OPS, Unlowerable
 
-#: 2-D convolutions run on channels-last tensors: oneDNN's NCHW path reorders the input and
-#: weight into a blocked layout on every call (~25% of a small ResNet's step on one thread);
-#: its backward too (up to 1.8x faster channels-last at 16 channels)
+#: 2-D convolutions run on channels-last tensors where the device prefers it
+#: (:attr:`.device.DeviceCaps.channels_last_conv`)
 CONVOLUTION = torch.ops.aten.convolution.default
 CONVOLUTION_BACKWARD = torch.ops.aten.convolution_backward.default
 
@@ -53,16 +53,23 @@ MAX_INLINE_COST = 48
 
 
 class GraphLowering(Interpreter):
-    def __init__(self, gm: GraphModule, example_inputs: list[Any], fallback_random: bool = False):
+    def __init__(
+        self,
+        gm: GraphModule,
+        example_inputs: list[Any],
+        caps: DeviceCaps,
+        fallback_random: bool = False,
+    ):
         super().__init__(gm, garbage_collect_values=False)
         self.example_inputs = list(example_inputs)
+        self.caps = caps
         self.fallback_random = fallback_random
         self.ir = GraphIR()
         self.current_node: Node | None = None
         self._counter = 0
         self._position = 0
         # graphs with 2-D convolutions keep their 4-D intermediates channels-last
-        self.channels_last = any(_is_conv2d(n) for n in gm.graph.nodes)
+        self.channels_last = caps.channels_last_conv and any(_is_conv2d(n) for n in gm.graph.nodes)
         # outputs past these are saved for backward (see torchkiln.aot): any layout will do
         self.num_user_outputs: int | None = gm.meta.get("num_user_outputs")
 
@@ -84,8 +91,8 @@ class GraphLowering(Interpreter):
         if isinstance(value, StorageView) and (layout is None or value.layout() == layout):
             return value
         layout = layout or self._default_layout(value)
-        buf = ComputedBuffer(
-            self.new_name(), layout, Pointwise(value.size, value.loader(), value.dtype)
+        buf = ComputedBuffer.pointwise(
+            self.new_name(), layout, value.size, value.loader(), value.dtype
         )
         self.ir.buffers.append(buf)
         return StorageView.of(buf)
@@ -95,9 +102,46 @@ class GraphLowering(Interpreter):
             return channels_last_layout(value.size, value.dtype, value.device)
         return Layout.contiguous(value.size, value.dtype, value.device)
 
-    def reduction(self, data: Reduction, device: torch.device) -> StorageView:
-        layout = Layout.contiguous(data.ranges, data.dtype, device)
-        buf = ComputedBuffer(self.new_name(), layout, data)
+    def reduction(
+        self,
+        device: torch.device,
+        ranges: tuple[int, ...],
+        reduction_ranges: tuple[int, ...],
+        value: Callable[[Index, Index], Value],
+        reduction_type: str,
+        dtype: torch.dtype,
+        src_dtype: torch.dtype,
+        output_index: int = 0,
+    ) -> StorageView:
+        """Store a reduction (see :meth:`.ir.ComputedBuffer.reduction`) in a contiguous buffer."""
+        layout = Layout.contiguous(ranges, dtype, device)
+        buf = ComputedBuffer.reduction(
+            self.new_name(),
+            layout,
+            ranges,
+            reduction_ranges,
+            value,
+            reduction_type,
+            dtype,
+            src_dtype,
+            output_index,
+        )
+        self.ir.buffers.append(buf)
+        return StorageView.of(buf)
+
+    def scatter(
+        self,
+        target: StorageView,
+        ranges: tuple[int, ...],
+        value: Callable[[Index], Value],
+        dest: Callable[[Index], Index],
+        mode: str | None,
+        dtype: torch.dtype,
+    ) -> StorageView:
+        """Write ``value(i)`` at ``dest(i)`` of ``target``'s buffer, in place (an alias of it)."""
+        buf = ComputedBuffer.scatter(
+            self.new_name(), target.buffer, ranges, value, dest, mode, dtype
+        )
         self.ir.buffers.append(buf)
         return StorageView.of(buf)
 
@@ -131,7 +175,7 @@ class GraphLowering(Interpreter):
         self._position += 1
         if not isinstance(example, torch.Tensor):
             return example
-        _check_device(example)
+        device_caps(example.device)  # refuses devices without a code generator
         buf = InputBuffer(f"arg{position}", Layout.of_tensor(example), position)
         self.ir.inputs.append(buf)
         return StorageView.of(buf)
@@ -139,7 +183,7 @@ class GraphLowering(Interpreter):
     def get_attr(self, target, args, kwargs) -> Any:
         value = super().get_attr(target, args, kwargs)
         if isinstance(value, torch.Tensor):
-            _check_device(value)
+            device_caps(value.device)
             buf = ConstantBuffer(self.new_name("const"), value)
             self.ir.constants.append(buf)
             return StorageView.of(buf)
@@ -224,7 +268,7 @@ class GraphLowering(Interpreter):
 
     # -- fallbacks -------------------------------------------------------------------
     def _why_not_lowered(self, target, args, kwargs, meta) -> str | None:
-        if target in EXTERN_OPS:
+        if target in self.caps.extern_ops:
             return "extern kernel"
         if target not in LOWERINGS:
             return "no lowering"
@@ -233,8 +277,10 @@ class GraphLowering(Interpreter):
         if meta is None:
             return "no shape information on the node"
         for value in _flat_values((args, kwargs, meta)):
-            if isinstance(value, (TensorValue, torch.Tensor)) and not supports_dtype(value.dtype):
-                return f"dtype {value.dtype} has no C++ lowering"
+            if isinstance(value, (TensorValue, torch.Tensor)) and not self.caps.supports_dtype(
+                value.dtype
+            ):
+                return f"dtype {value.dtype} has no {self.caps.name} lowering"
         return None
 
     def fallback(
@@ -312,15 +358,6 @@ def _is_conv2d(node: Node) -> bool:
         and meta.dtype.is_floating_point
         and not transposed
     )
-
-
-def _check_device(t: torch.Tensor) -> None:
-    if t.device.type != "cpu":
-        raise NotImplementedYet(
-            f"the inductor backend generates C++ for CPU tensors only; got a {t.device.type} "
-            "tensor (GPU code generation with Triton is not built yet: use backend='aot_eager' "
-            "on GPU for now)"
-        )
 
 
 def _flat_values(tree: Any):

@@ -8,12 +8,15 @@ Few node kinds carry everything:
   (a strided window on a buffer: every view op on stored data is just new
   sizes/strides/offset, no copy) or a :class:`PointwiseValue` (a body
   ``index -> value`` not yet stored; views of it compose index functions);
-* a **ComputedBuffer** stores a :class:`Pointwise` or :class:`Reduction` body;
+* a **ComputedBuffer** stores a :class:`Pointwise`, :class:`Reduction` or
+  :class:`Scatter` body;
 * an **ExternKernel** calls an aten op from the wrapper (matmuls,
   convolutions, and every op without a lowering).
 
-Bodies call the ``ops`` namespace (:mod:`.virtualized`), so the same IR is read
-by the dependency analysis, the C++ generator and any later generator.
+Lowerings write bodies as functions of an index that call ``ops.*``; a
+computed buffer records its body once into a :class:`~.loop_body.LoopBody`
+(an ops list ending in the store), which the scheduler and every code
+generator read.
 """
 
 from __future__ import annotations
@@ -24,18 +27,12 @@ from typing import Any
 
 import torch
 
-from .indexing import Expr, contiguous_strides, linear_index
-from .virtualized import ops
+from .indexing import Expr, contiguous_strides, linear_index, make_vars
+from .loop_body import LoopBody, Value, ops, record, reduction, store
 
 Index = list[Expr]
-Body = Callable[[Index], Any]
-
-# The dtype a value of each storage dtype is computed in.
-COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return COMPUTE_DTYPE.get(dtype, dtype)
+#: what lowerings pass around: a function of an index that calls ``ops.*``
+Body = Callable[[Index], Value]
 
 
 @dataclass(frozen=True)
@@ -103,25 +100,25 @@ class ConstantBuffer(Buffer):
 
 @dataclass
 class Pointwise:
-    """``out[index] = body(index)`` over ``ranges``."""
+    """``out[index] = value(index)`` over ``ranges`` (index variables ``x*``)."""
 
     ranges: tuple[int, ...]
-    body: Body
+    body: LoopBody
     dtype: torch.dtype
 
 
 @dataclass
 class Reduction:
-    """``out[index] = reduce(body(index, rindex) for rindex in reduction_ranges)``.
+    """``out[index] = reduce(value(index, rindex) for rindex in reduction_ranges)``.
 
-    ``welford`` accumulates (mean, m2, count) in one pass and yields the
-    entry ``output_index``; ``argmax``/``argmin`` yield the flat position
-    within ``reduction_ranges``.
+    Index variables ``x*`` and ``r*``. ``welford`` accumulates (mean, m2, count)
+    in one pass and yields the entry ``output_index``; ``argmax``/``argmin``
+    yield the flat position within ``reduction_ranges``.
     """
 
     ranges: tuple[int, ...]
     reduction_ranges: tuple[int, ...]
-    body: Callable[[Index, Index], Any]
+    body: LoopBody
     reduction_type: str
     dtype: torch.dtype
     src_dtype: torch.dtype
@@ -130,7 +127,7 @@ class Reduction:
 
 @dataclass
 class Scatter:
-    """``target[dest(index)] (+)= body(index)`` over ``ranges``, in place in ``target``'s storage.
+    """``target[dest(index)] (+)= value(index)`` over ``ranges``, in place in ``target``'s storage.
 
     The buffer holding this data is an alias of ``target`` after the writes;
     ``mode`` is None (assign) or ``"add"`` (accumulate, as index_put/scatter_add).
@@ -138,8 +135,7 @@ class Scatter:
     """
 
     ranges: tuple[int, ...]
-    body: Body
-    dest: Callable[[Index], Index]
+    body: LoopBody
     target: str
     mode: str | None
     dtype: torch.dtype
@@ -151,6 +147,66 @@ class ComputedBuffer(Buffer):
     def __init__(self, name: str, layout: Layout, data: Pointwise | Reduction | Scatter):
         super().__init__(name, layout)
         self.data = data
+
+    @staticmethod
+    def pointwise(
+        name: str, layout: Layout, ranges: Sequence[int], value: Body, dtype: torch.dtype
+    ) -> ComputedBuffer:
+        ranges = tuple(ranges)
+        index = make_vars("x", ranges)
+        body = record(lambda: store(name, layout.index(index), value(index)))
+        return ComputedBuffer(name, layout, Pointwise(ranges, body, dtype))
+
+    @staticmethod
+    def reduction(
+        name: str,
+        layout: Layout,
+        ranges: Sequence[int],
+        reduction_ranges: Sequence[int],
+        value: Callable[[Index, Index], Value],
+        reduction_type: str,
+        dtype: torch.dtype,
+        src_dtype: torch.dtype,
+        output_index: int = 0,
+    ) -> ComputedBuffer:
+        ranges, reduction_ranges = tuple(ranges), tuple(reduction_ranges)
+        index, rindex = make_vars("x", ranges), make_vars("r", reduction_ranges)
+        position = None
+        if reduction_type in ("argmax", "argmin"):
+            position = linear_index(rindex, contiguous_strides(reduction_ranges))
+
+        def run() -> None:
+            result = reduction(reduction_type, value(index, rindex), dtype, position)
+            store(name, layout.index(index), result)
+
+        data = Reduction(
+            ranges, reduction_ranges, record(run), reduction_type, dtype, src_dtype, output_index
+        )
+        return ComputedBuffer(name, layout, data)
+
+    @staticmethod
+    def scatter(
+        name: str,
+        target: Buffer,
+        ranges: Sequence[int],
+        value: Body,
+        dest: Callable[[Index], Index],
+        mode: str | None,
+        dtype: torch.dtype,
+    ) -> ComputedBuffer:
+        ranges = tuple(ranges)
+        index = make_vars("x", ranges)
+
+        def run() -> None:
+            v = value(index)
+            store(target.name, target.layout.index(dest(index)), v, mode)
+
+        data = Scatter(ranges, record(run), target.name, mode, dtype)
+        return ComputedBuffer(name, target.layout, data)
+
+    @property
+    def body(self) -> LoopBody:
+        return self.data.body
 
     @property
     def is_reduction(self) -> bool:
@@ -259,8 +315,8 @@ class StorageView(TensorValue):
     def loader(self) -> Body:
         name, lay = self.buffer.name, self.layout()
 
-        def load(index: Index) -> Any:
-            return ops.load(name, lay.index(index))
+        def load(index: Index) -> Value:
+            return ops.load(name, lay.index(index), lay.dtype)
 
         return load
 
@@ -312,13 +368,16 @@ class GraphIR:
         for buf in self.buffers:
             if isinstance(buf, ComputedBuffer):
                 d = buf.data
+                kind = f"pointwise over {list(d.ranges)}"
                 if isinstance(d, Reduction):
-                    kind = f"reduction {d.reduction_type}[{d.output_index}] over {list(d.reduction_ranges)}"
+                    kind = (
+                        f"reduction {d.reduction_type}[{d.output_index}] over {list(d.ranges)}"
+                        f" x {list(d.reduction_ranges)}"
+                    )
                 elif isinstance(d, Scatter):
                     kind = f"scatter ({d.mode or 'assign'}) into {d.target} over {list(d.ranges)}"
-                else:
-                    kind = "pointwise"
                 lines.append(f"{buf!r}: {kind}")
+                lines += ["    " + line for line in d.body.lines()]
             elif isinstance(buf, ExternKernel):
                 lines.append(f"{buf.name} = extern {buf.op} ({buf.reason})")
             else:

@@ -21,30 +21,13 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .indexing import Expr, contiguous_strides, linear_index, unflatten
-from .ir import (
-    Index,
-    PointwiseValue,
-    Reduction,
-    StorageView,
-    TensorValue,
-    compute_dtype,
-)
-from .virtualized import ops
+from .ir import Index, PointwiseValue, StorageView, TensorValue
+from .loop_body import compute_dtype, ops
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
-#: ops always run as aten calls: matmuls and convolutions (their pointwise epilogues fuse)
-EXTERN_OPS = {
-    aten.mm.default,
-    aten.bmm.default,
-    aten.addmm.default,
-    aten.baddbmm.default,
-    aten.convolution.default,
-    aten.convolution_backward.default,
-    aten._convolution.default,
-}
 RANDOM_OPS: set[Any] = set()
 
 TRANSCENDENTAL = {
@@ -202,9 +185,16 @@ _UNARY = {
 _INT_IDENTITY = {aten.floor: "floor", aten.ceil: "ceil", aten.trunc: "trunc", aten.round: "round"}
 
 
+def _math(g, name: str) -> Callable[..., Any]:
+    """``ops.<name>``, if the device's code generator has it (else an aten call runs the op)."""
+    if not g.caps.has_op(name):
+        raise Unlowerable(f"the {g.caps.name} code generator has no {name}")
+    return getattr(ops, name)
+
+
 def _unary_lowering(name: str):
     def lower(g, meta, x):
-        return pointwise(meta, getattr(ops, name), x, weight=5 if name in TRANSCENDENTAL else 1)
+        return pointwise(meta, _math(g, name), x, weight=5 if name in TRANSCENDENTAL else 1)
 
     return lower
 
@@ -217,7 +207,7 @@ def _int_identity_lowering(name: str):
     def lower(g, meta, x):
         if _is_int_like(x.dtype):
             return pointwise(meta, lambda v: v, x)
-        return pointwise(meta, getattr(ops, name), x)
+        return pointwise(meta, _math(g, name), x)
 
     return lower
 
@@ -277,7 +267,7 @@ def _binary(name: str, compare: bool = False):
     def lower(g, meta, a, b):
         dtype = promoted(a, b) if compare else None
         return pointwise(
-            meta, getattr(ops, name), a, b, dtype=dtype, weight=5 if name in TRANSCENDENTAL else 1
+            meta, _math(g, name), a, b, dtype=dtype, weight=5 if name in TRANSCENDENTAL else 1
         )
 
     return lower
@@ -652,22 +642,20 @@ def make_reduction(
         return ops.to_dtype(v, acc)
 
     total = math.prod(rranges)
-    if math.prod(ranges) == 1 and total >= SPLIT_REDUCTION_MIN and rtype in _SPLITTABLE:
+    if math.prod(ranges) == 1 and total >= g.caps.split_reduction_min and rtype in _SPLITTABLE:
         return _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc)
-    data = Reduction(ranges, rranges, body, rtype, dtype, x.dtype, output_index)
-    return g.reduction(data, x.device)
+    return g.reduction(x.device, ranges, rranges, body, rtype, dtype, x.dtype, output_index)
 
 
-#: a reduction of everything this large runs in parallel chunks, then reduces the chunks
-SPLIT_REDUCTION_MIN = 1 << 16
-SPLIT_CHUNKS = 64
+#: a reduction of everything, when large, runs in parallel chunks, then reduces the chunks
 _SPLITTABLE = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf"), "any": 0, "all": 1}
 
 
 def _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc) -> StorageView:
     total = math.prod(rranges)
-    chunk = -(-total // SPLIT_CHUNKS)
-    masked = total % SPLIT_CHUNKS != 0
+    chunks = g.caps.split_chunks
+    chunk = -(-total // chunks)
+    masked = total % chunks != 0
     init = _SPLITTABLE[rtype]
     if rtype in ("max", "min") and not acc.is_floating_point:
         init = torch.iinfo(acc).min if rtype == "max" else torch.iinfo(acc).max
@@ -680,11 +668,9 @@ def _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc) -> StorageV
         inside = ops.lt(ops.index_expr(flat, torch.int64), ops.constant(total, torch.int64))
         return ops.masked(inside, lambda: body(index, unflatten(flat, rranges)), init)
 
-    stage1 = Reduction((SPLIT_CHUNKS,), (chunk,), partial, rtype, acc, x.dtype)
-    parts = g.reduction(stage1, x.device)
+    parts = g.reduction(x.device, (chunks,), (chunk,), partial, rtype, acc, x.dtype)
     load_parts = parts.loader()
-    stage2 = Reduction(ranges, (SPLIT_CHUNKS,), lambda i, r: load_parts(r), rtype, dtype, acc)
-    return g.reduction(stage2, x.device)
+    return g.reduction(x.device, ranges, (chunks,), lambda i, r: load_parts(r), rtype, dtype, acc)
 
 
 def _reduce_lowering(rtype: str):
@@ -1172,14 +1158,8 @@ def _index(g, meta, x, indices):
 
 def _scatter(g, meta, x: TensorValue, sizes, dest, value_loader, mode: str | None):
     """Copy ``x`` into a fresh buffer, then write ``value_loader(i)`` at ``dest(i)`` for i in sizes."""
-    from .ir import ComputedBuffer, Scatter
-
     base = g.realize(PointwiseValue(x.size, x.dtype, x.device, x.loader(), 1))
-    target = base.buffer
-    data = Scatter(tuple(sizes), value_loader, dest, target.name, mode, meta.dtype)
-    buf = ComputedBuffer(g.new_name(), target.layout, data)
-    g.ir.buffers.append(buf)
-    return StorageView.of(buf)
+    return g.scatter(base, tuple(sizes), value_loader, dest, mode, meta.dtype)
 
 
 @register(aten.index_put.default)

@@ -14,8 +14,10 @@ kernels may fuse when
 
 Candidates are ranked by the bytes of memory traffic they save (buffers
 written by one and read by the other, or read by both) and fused greedily,
-best first, until nothing changes. The code generator (C++ here, Triton
-later) receives :class:`FusedKernel` objects and never re-checks legality.
+best first, until nothing changes. Accesses are read off each node's
+recorded ops list (:class:`~.loop_body.LoopBody`) with the kernel's loop
+variables put in. :mod:`.kernel_plan` and the code generators receive
+:class:`FusedKernel` objects and never re-check legality.
 """
 
 from __future__ import annotations
@@ -24,40 +26,17 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .indexing import Expr, make_vars
-from .ir import ComputedBuffer, ExternKernel, GraphIR, Pointwise, Reduction, Scatter
-from .virtualized import set_ops_handler
+from .indexing import Expr, Var, make_vars
+from .ir import ComputedBuffer, ExternKernel, GraphIR, Reduction, Scatter
+from .loop_body import LoopBody
+
+#: loop variables of a kernel: o0, o1... over its outer (parallel) loops, i0, i1... over a
+#: node's inner loops
+OUTER, INNER = "o", "i"
 
 
 def _nontrivial(sizes: Iterable[int]) -> tuple[int, ...]:
     return tuple(s for s in sizes if s != 1)
-
-
-class _ReadCollector:
-    """An ops handler that records every ``load`` (the other ops return dummies)."""
-
-    def __init__(self) -> None:
-        self.reads: list[tuple[str, Expr]] = []
-        self.uses_random = False
-
-    def load(self, name: str, index: Expr) -> None:
-        self.reads.append((name, index))
-
-    def indirect_indexing(self, value: object, size: int, wrap: bool = True) -> Expr:
-        from .indexing import Indirect
-
-        return Expr.of(Indirect(f"indirect{len(self.reads)}", size))
-
-    def masked(self, mask: object, body, other: object) -> None:
-        body()
-
-    def rand(self, *args: object) -> None:
-        self.uses_random = True
-
-    randn = rand
-
-    def __getattr__(self, name: str):
-        return lambda *args, **kwargs: None
 
 
 class SchedulerNode:
@@ -68,22 +47,26 @@ class SchedulerNode:
         self.name = buffer.name
         self.order = order
         data = buffer.data
+        ranges = data.ranges
+        # the body's variables in loop order: the output's dims (pointwise: by decreasing
+        # stride), then the reduced ones; size-1 dims have no variable and no loop
+        self._vars = [Var(f"x{d}", ranges[d]) for d in buffer.loop_order() if ranges[d] != 1]
         if isinstance(data, Reduction):
-            self.loop_sizes = _nontrivial(data.ranges)
+            self.loop_sizes = _nontrivial(ranges)
             self.reduction_sizes = _nontrivial(data.reduction_ranges)
+            self._vars += [Var(f"r{d}", s) for d, s in enumerate(data.reduction_ranges) if s != 1]
         else:
-            perm = buffer.loop_order()
-            self.loop_sizes = _nontrivial(data.ranges[d] for d in perm)
+            self.loop_sizes = tuple(v.size for v in self._vars)
             self.reduction_sizes = ()
         self.is_reduction = isinstance(data, Reduction)
         self.is_scatter = isinstance(data, Scatter)
-        reads, _ = self.accesses(self.loop_sizes)
-        names = {name for name, _ in reads}
+        self._accesses: dict[tuple[int, ...], tuple[list[tuple[str, Expr]], Expr]] = {}
+        names = {name for name, _ in buffer.body.loads()}
         if isinstance(data, Scatter):
             names.add(data.target)
         self._read_names = frozenset(names)
 
-    # -- running the body in a kernel's variables ---------------------------------
+    # -- the body in a kernel's variables -------------------------------------------
     def split(self, outer: tuple[int, ...]) -> tuple[int, ...] | None:
         """This node's inner loop sizes under ``outer`` outer loops, or None if it does not fit."""
         if self.is_reduction:
@@ -94,61 +77,33 @@ class SchedulerNode:
             return self.loop_sizes[len(outer) :]
         return None
 
-    def run(self, outer_vars: list[Expr], inner_vars: list[Expr]):
-        """Call the body; returns (value, store index, flat reduction index or None)."""
-        data = self.buffer.data
-        lay = self.buffer.layout
-        if isinstance(data, Reduction):
-            index = _fill(data.ranges, outer_vars)
-            rindex = _fill(data.reduction_ranges, inner_vars)
-            flat = Expr()
-            for idx, st in zip(rindex, _contig(data.reduction_ranges)):
-                flat = flat + idx * st
-            return data.body(index, rindex), lay.index(index), flat
-        if isinstance(data, Scatter):
-            index = _fill(data.ranges, [*outer_vars, *inner_vars])
-            return data.body(index), lay.index(data.dest(index)), None
-        assert isinstance(data, Pointwise)
-        perm = self.buffer.loop_order()
-        loop_index = _fill([data.ranges[d] for d in perm], [*outer_vars, *inner_vars])
-        index: list[Expr] = [Expr()] * len(perm)
-        for pos, d in enumerate(perm):
-            index[d] = loop_index[pos]
-        return data.body(index), lay.index(index), None
+    def body_at(self, outer_vars: list[Expr], inner_vars: list[Expr]) -> LoopBody:
+        """The body with ``outer_vars`` then ``inner_vars`` for its loops (outermost first)."""
+        loops = [*outer_vars, *inner_vars]
+        return self.buffer.body.subs(dict(zip(self._vars, loops, strict=True)))
 
     def accesses(self, outer: tuple[int, ...]) -> tuple[list[tuple[str, Expr]], Expr]:
-        """(reads, store index) in canonical kernel variables ``o*`` / ``i*``."""
-        inner = self.split(outer)
-        assert inner is not None
-        collector = _ReadCollector()
-        with set_ops_handler(collector):
-            _, store, _ = self.run(kernel_vars("o", outer), kernel_vars("i", inner))
-        return collector.reads, store
+        """(loads, store index) in canonical kernel variables ``o*`` / ``i*``."""
+        if outer not in self._accesses:
+            inner = self.split(outer)
+            assert inner is not None
+            body = self.body_at(kernel_vars(OUTER, outer), kernel_vars(INNER, inner))
+            self._accesses[outer] = body.loads(), body.store.args[1]
+        return self._accesses[outer]
 
     def read_names(self) -> frozenset[str]:
         return self._read_names
 
     def __repr__(self) -> str:
-        kind = "reduction" if self.is_reduction else "pointwise"
+        data = self.buffer.data
+        kind = "scatter" if self.is_scatter else "pointwise"
+        if isinstance(data, Reduction):
+            kind = f"reduction {data.reduction_type}[{data.output_index}]"
         return f"{self.name}({kind} {list(self.loop_sizes)} x {list(self.reduction_sizes)})"
 
 
 def kernel_vars(prefix: str, sizes: Iterable[int]) -> list[Expr]:
     return make_vars(prefix, sizes)
-
-
-def _fill(ranges: Iterable[int], vars_: list[Expr]) -> list[Expr]:
-    """Index for ``ranges``: size-1 dims get 0, the others take ``vars_`` in order."""
-    out, it = [], iter(vars_)
-    for s in ranges:
-        out.append(Expr() if s == 1 else next(it))
-    return out
-
-
-def _contig(sizes: Iterable[int]) -> list[int]:
-    from .indexing import contiguous_strides
-
-    return list(contiguous_strides(tuple(sizes)))
 
 
 @dataclass

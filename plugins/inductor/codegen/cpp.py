@@ -1,14 +1,14 @@
 """C++/OpenMP code generation for fused kernels.
 
-In: a :class:`~torchkiln_inductor.scheduler.FusedKernel`. Out: one
-``extern "C"`` function. The outer loops run in parallel with OpenMP (when
-the work is big enough); each node's body is emitted by running it under
-:class:`CppOpsHandler`, which turns ``ops.*`` calls into typed C++
-statements with common-subexpression elimination. Consecutive nodes with the
-same inner loops share one loop ("segment"); a value stored and read at the
-same index in a segment is forwarded in a register, and a reduction result
-read later in the kernel stays a local scalar. Reductions accumulate in
-``simdlen`` independent lanes so gcc vectorizes them, then combine the lanes.
+In: a :class:`~torchkiln_inductor.kernel_plan.KernelPlan` (its segments, and
+each node's ops list). Out: one ``extern "C"`` function. The outer loops run
+in parallel with OpenMP (when the work is big enough); each node's ops are
+emitted through :class:`CppOpsHandler`, which turns every op into a typed C++
+statement with common-subexpression elimination. The nodes of a segment share
+one loop; a value stored and read at the same index in a segment is forwarded
+in a register, and a reduction result read later in the kernel stays a local
+scalar. Reductions accumulate in ``simdlen`` independent lanes so gcc
+vectorizes them, then combine the lanes.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from typing import Any
 
 import torch
 
-from ..indexing import Expr, Indirect, Var, contiguous_strides, linear_index, unflatten
-from ..ir import GraphIR, Reduction, Scatter, compute_dtype
-from ..scheduler import FusedKernel, Schedule, SchedulerNode, kernel_vars
-from ..virtualized import set_ops_handler
+from ..indexing import Expr, Indirect, Var, contiguous_strides, linear_index
+from ..ir import GraphIR, Reduction, Scatter
+from ..kernel_plan import KernelPlan, Segment, merge_loops, node_indices
+from ..loop_body import Op, Value, compute_dtype
+from ..scheduler import INNER, OUTER, SchedulerNode, kernel_vars
 
 PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
 
@@ -42,10 +43,6 @@ STORAGE_TYPES = {
 }
 COMPUTE_TYPES = {**STORAGE_TYPES, torch.float16: "float", torch.bfloat16: "float"}
 FLOAT_TYPES = (torch.float32, torch.float64)
-
-
-def supports_dtype(dtype: torch.dtype) -> bool:
-    return dtype in STORAGE_TYPES
 
 
 def ctype(dtype: torch.dtype) -> str:
@@ -133,12 +130,47 @@ _UNARY_FLOAT = {
 }
 
 
+@dataclass
+class _Env:
+    """What one body's values became in C++, and the indices its ``indirect_indexing`` read."""
+
+    values: dict[Value, CppValue] = field(default_factory=dict)
+    indices: dict[Indirect, Expr] = field(default_factory=dict)
+
+    def resolve(self, arg: Any) -> Any:
+        """An op's argument in C++ terms: its value, or an index with its run-time atoms."""
+        if isinstance(arg, Value):
+            return self.values[arg]
+        if isinstance(arg, Expr) and self.indices:
+            return arg.subs(self.indices)
+        return arg
+
+
 class CppOpsHandler:
-    """Answers ``ops.*`` calls by emitting C++ into the current scope of a kernel."""
+    """Emits ops as C++ into the current scope of a kernel, one method per op."""
 
     def __init__(self, kernel: CppKernel, scope: _Scope):
         self.kernel = kernel
         self.scope = scope
+
+    # -- reading an ops list ----------------------------------------------------------
+    def run(self, ops: tuple[Op, ...], env: _Env) -> None:
+        """Emit ``ops`` (a body's ops before its ``reduction`` and ``store``) into ``env``."""
+        for op in ops:
+            args = [env.resolve(a) for a in op.args]
+            if op.name == "masked":
+                block = op.block
+                assert block is not None
+
+                def run_block(block=block) -> CppValue:
+                    self.run(block.ops, env)
+                    return env.values[block.result]
+
+                env.values[op.out] = self.masked(args[0], run_block, args[1])
+            elif op.name == "indirect_indexing":
+                env.indices[op.indirect_atom()] = self.indirect_indexing(*args)
+            else:
+                env.values[op.out] = getattr(self, op.name)(*args)
 
     # -- plumbing -------------------------------------------------------------
     def _emit(self, text: str, dtype: torch.dtype, lines: list[str] | None = None) -> CppValue:
@@ -401,70 +433,6 @@ class CppOpsHandler:
 
 
 # ---------------------------------------------------------------------------
-# Kernel planning (shared with the wrapper: it must know which buffers are stored)
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class Segment:
-    inner: tuple[int, ...]
-    nodes: list[SchedulerNode] = field(default_factory=list)
-
-
-@dataclass
-class KernelPlan:
-    kernel: FusedKernel
-    segments: list[Segment]
-    stored: set[str]  # buffers this kernel writes to memory
-    # internal buffers re-read by later loops of the same outer iteration: a per-thread
-    # array of one outer iteration's elements instead of memory (name -> inner sizes)
-    local: dict[str, tuple[int, ...]] = field(default_factory=dict)
-
-
-#: largest per-thread local array, in bytes (they live on the stack)
-MAX_LOCAL_BYTES = 64 * 1024
-#: Loop variables: o0, o1... over the outer (parallel) dimensions, i0, i1... over the inner ones.
-INNER_PREFIX = "i"
-
-
-def plan_kernel(kernel: FusedKernel, internal: set[str]) -> KernelPlan:
-    segments: list[Segment] = []
-    where: dict[str, int] = {}
-    for node in kernel.nodes:
-        inner = kernel.inner_of(node)
-        reads = node.read_names()
-        cur = segments[-1] if segments else None
-        joins = (
-            cur is not None
-            and cur.inner == inner
-            and not any(n.is_reduction and n.name in reads for n in cur.nodes)
-        )
-        if not joins:
-            segments.append(Segment(inner))
-        segments[-1].nodes.append(node)
-        where[node.name] = len(segments) - 1
-    stored, local = set(), {}
-    for node in kernel.nodes:
-        if node.is_scatter:
-            continue
-        if node.name not in internal:
-            stored.add(node.name)
-            continue
-        if node.is_reduction:
-            continue
-        readers = [n for n in kernel.nodes if node.name in n.read_names()]
-        if all(where[r.name] == where[node.name] for r in readers):
-            continue
-        inner = kernel.inner_of(node)
-        nbytes = math.prod(inner) * 8
-        if all(kernel.inner_of(r) == inner for r in readers) and 0 < nbytes <= MAX_LOCAL_BYTES:
-            local[node.name] = inner
-        else:
-            stored.add(node.name)
-    return KernelPlan(kernel, segments, stored, local)
-
-
-# ---------------------------------------------------------------------------
 # Kernel emission
 # ---------------------------------------------------------------------------
 
@@ -547,7 +515,7 @@ class CppKernel:
         variables only, from a buffer this kernel does not write."""
         if not self._inner_vars or any(not isinstance(a, Var) for a, _ in index.terms):
             return False  # no inner loop, or an indirect / div / mod index
-        if any(v.name.startswith(INNER_PREFIX) for v in index.free_vars()):
+        if any(v.name.startswith(INNER) for v in index.free_vars()):
             return False
         written = {n.name for n in self.plan.kernel.nodes} | {
             n for n, (_, w) in self.params.items() if w
@@ -572,7 +540,7 @@ class CppKernel:
         """Returns (function body with placeholder name ``KERNEL_NAME``, [(buffer, written)])."""
         kernel = self.plan.kernel
         outer = kernel.outer
-        outer_vars = kernel_vars("o", outer)
+        outer_vars = kernel_vars(OUTER, outer)
         body: list[str] = []
         for name, inner in self.plan.local.items():
             t = ctype(self.graph.buffer(name).dtype)
@@ -582,7 +550,10 @@ class CppKernel:
             loops = self._column_kernel(outer, outer_vars)
         else:
             if pointwise_only:
-                outer, outer_vars = self._merged_loops(outer)
+                nodes = kernel.nodes
+                outer, outer_vars = merge_loops(
+                    outer, OUTER, lambda candidate: node_indices(nodes, candidate, [])
+                )
             for seg in self.plan.segments:
                 body += self._segment(seg, outer_vars)
             loops = self._outer_loops(outer, body, pointwise_only)
@@ -595,52 +566,6 @@ class CppKernel:
         sig = f'extern "C" void KERNEL_NAME({", ".join(params)})'
         text = "\n".join([sig + " {", *("    " + line for line in loops), "}"])
         return text, [(name, written) for name, (_, written) in ordered]
-
-    def _merged_loops(
-        self, sizes: tuple[int, ...], prefix: str = "o", run=None
-    ) -> tuple[tuple[int, ...], list[Expr]]:
-        """Merge adjacent loops wherever every index stays affine (no div/mod) after merging.
-
-        A [8, 16, 32, 32] elementwise kernel that reads per-channel values runs as
-        [8, 16, 1024]: long inner loops vectorize; the indices are unchanged. ``run``
-        maps candidate loop variables to the index expressions the nodes would use.
-        """
-        if run is None:
-            nodes = self.plan.kernel.nodes
-
-            def run(expanded):
-                return self._indices(nodes, expanded, [])
-
-        groups = [[s] for s in sizes]
-        i = len(groups) - 2
-        while i >= 0:
-            trial = [*groups[:i], groups[i] + groups[i + 1], *groups[i + 2 :]]
-            names = {f"{prefix}{k}" for k in range(len(trial))}
-            if not any(_has_divmod(e, names) for e in run(self._expanded_vars(trial, prefix))):
-                groups = trial
-            i -= 1
-        return tuple(math.prod(g) for g in groups), self._expanded_vars(groups, prefix)
-
-    @staticmethod
-    def _expanded_vars(groups: list[list[int]], prefix: str) -> list[Expr]:
-        """Loop variable ``<prefix><k>`` per group, split back into one index per original loop."""
-        out: list[Expr] = []
-        for k, group in enumerate(groups):
-            merged = Expr.of(Var(f"{prefix}{k}", math.prod(group)))
-            out += unflatten(merged, group) if len(group) > 1 else [merged]
-        return out
-
-    @staticmethod
-    def _indices(nodes, outer_vars: list[Expr], inner_vars: list[Expr]) -> list[Expr]:
-        from ..scheduler import _ReadCollector
-
-        out = []
-        for node in nodes:
-            collector = _ReadCollector()
-            with set_ops_handler(collector):
-                _, store, _ = node.run(outer_vars, inner_vars)
-            out += [store, *(idx for _, idx in collector.reads)]
-        return out
 
     # -- column reductions: lanes run along the last outer dimension ---------------------
     def _column_mode(self) -> bool:
@@ -656,8 +581,8 @@ class CppKernel:
             return False
         if self.simdlen < 2 or not any(n.is_reduction for n in segs[0].nodes):
             return False
-        last_outer = [v for v in kernel_vars("o", outer)][-1]
-        last_inner = [v for v in kernel_vars(INNER_PREFIX, segs[0].inner)][-1]
+        last_outer = kernel_vars(OUTER, outer)[-1]
+        last_inner = kernel_vars(INNER, segs[0].inner)[-1]
         contiguous_out = strided_in = False
         for node in segs[0].nodes:
             reads, _ = node.accesses(outer)
@@ -676,11 +601,10 @@ class CppKernel:
         lanes = self.simdlen * 4
         first, rest = self.plan.segments[0], self.plan.segments[1:]
         n = len(outer) - 1
-        body, updates, results = self._segment_body(first, outer_vars)
+        body, updates, results, inner = self._segment_body(first, outer_vars)
         lines = []
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
-        inner = first.inner
         for d, size in enumerate(inner):
             lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
         ind = "    " * len(inner)
@@ -760,14 +684,14 @@ class CppKernel:
         lines: list[str] = []
         self.hoisted = lines
         try:
-            body, updates, results = self._segment_body(seg, outer_vars)
+            body, updates, results, inner = self._segment_body(seg, outer_vars)
         finally:
             self.hoisted = None
-        lanes = self.simdlen if seg.inner and updates else 1
+        lanes = self.simdlen if inner and updates else 1
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
         serial = any(n.is_scatter for n in seg.nodes)
-        lines += self._loops(seg.inner, body, updates, lanes, serial)
+        lines += self._loops(inner, body, updates, lanes, serial)
         for acc, _, _ in updates:
             lines += self._acc_finish(acc, lanes)
         return lines + self._results(results, "0")
@@ -788,13 +712,13 @@ class CppKernel:
         return lines
 
     def _segment_body(self, seg: Segment, outer_vars: list[Expr]):
-        """Run the segment's nodes: (body lines, accumulator updates, reduction results)."""
-        inner_vars = kernel_vars(INNER_PREFIX, seg.inner)
-        if len(seg.inner) > 1:
-            merged, inner_vars = self._merged_loops(
-                seg.inner, INNER_PREFIX, lambda exp: self._indices(seg.nodes, outer_vars, exp)
+        """Emit the segment's nodes: (body lines, accumulator updates, reduction results,
+        the inner loop sizes, adjacent loops merged where the indices allow)."""
+        inner, inner_vars = seg.inner, kernel_vars(INNER, seg.inner)
+        if len(inner) > 1:
+            inner, inner_vars = merge_loops(
+                inner, INNER, lambda candidate: node_indices(seg.nodes, outer_vars, candidate)
             )
-            seg.inner = merged
         self._inner_vars = inner_vars
         self._forward = {}
         scope = _Scope()
@@ -802,21 +726,26 @@ class CppKernel:
         accs: dict[tuple[str, str], _Accumulator] = {}
         updates: list[tuple[_Accumulator, CppValue, Expr | None]] = []
         results: list[tuple[SchedulerNode, _Accumulator, Expr]] = []
-        with set_ops_handler(handler):
-            for node in seg.nodes:
-                value, store, flat = node.run(outer_vars, inner_vars)
-                if node.is_reduction:
-                    data = node.buffer.data
-                    assert isinstance(data, Reduction)
-                    key = (data.reduction_type, value.name)
-                    if key not in accs:
-                        acc = self._accumulator(data, value)
-                        accs[key] = acc
-                        updates.append((acc, value, flat))
-                    results.append((node, accs[key], store))
-                else:
-                    self._store(node, value, store, scope)
-        return scope.lines, updates, results
+        for node in seg.nodes:
+            body = node.body_at(outer_vars, inner_vars)
+            env = _Env()
+            handler.run(body.compute, env)
+            store = body.store  # store(buffer, index, value[, mode])
+            store_index = env.resolve(store.args[1])
+            reduction = body.reduction  # reduction(type, value[, position])
+            if reduction is None:
+                self._store(node, env.resolve(store.args[2]), store_index, scope)
+                continue
+            data = node.buffer.data
+            assert isinstance(data, Reduction)
+            _, value, *position = (env.resolve(a) for a in reduction.args)
+            key = (data.reduction_type, value.name)
+            if key not in accs:
+                acc = self._accumulator(data, value)
+                accs[key] = acc
+                updates.append((acc, value, position[0] if position else None))
+            results.append((node, accs[key], store_index))
+        return scope.lines, updates, results, inner
 
     def _store(self, node: SchedulerNode, value: CppValue, store: Expr, scope: _Scope) -> None:
         data = node.buffer.data
@@ -994,15 +923,6 @@ class CppKernel:
         return ["{", *("    " + line for line in lines), "}"]
 
 
-def _has_divmod(expr: Expr, names: set[str]) -> bool:
-    from ..indexing import FloorDiv, Mod
-
-    for atom, _ in expr.terms:
-        if isinstance(atom, (FloorDiv, Mod)) and any(v.name in names for v in atom.arg.free_vars()):
-            return True
-    return False
-
-
 @dataclass
 class GeneratedKernel:
     name: str
@@ -1011,21 +931,22 @@ class GeneratedKernel:
 
 
 def generate_kernels(
-    schedule: Schedule, graph: GraphIR, simdlen: int, threads: int | None, parallel_threshold: int
-) -> tuple[list[GeneratedKernel], dict[str, KernelPlan]]:
-    """C++ source of every fused kernel, named by the hash of its text (identical kernels share a name)."""
-    out: list[GeneratedKernel] = []
-    plans: dict[str, KernelPlan] = {}
-    for step in schedule.steps:
-        if not isinstance(step, FusedKernel):
-            continue
-        plan = plan_kernel(step, schedule.internal)
-        text, params = CppKernel(plan, graph, simdlen, threads, parallel_threshold).emit()
+    plans: dict[str, KernelPlan],
+    graph: GraphIR,
+    simdlen: int,
+    threads: int | None,
+    parallel_threshold: int,
+) -> dict[str, GeneratedKernel]:
+    """C++ source of every planned kernel (by kernel name), named by the hash of its text
+    (identical kernels share a name)."""
+    out: dict[str, GeneratedKernel] = {}
+    for kernel_name, plan in plans.items():
+        emitter = CppKernel(plan, graph, simdlen, threads, parallel_threshold)
+        text, params = emitter.emit()
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         name = f"kiln_{digest}"
-        out.append(GeneratedKernel(name, text.replace("KERNEL_NAME", name), params))
-        plans[step.name] = plan
-    return out, plans
+        out[kernel_name] = GeneratedKernel(name, text.replace("KERNEL_NAME", name), params)
+    return out
 
 
 def translation_unit(kernels: list[GeneratedKernel]) -> str:

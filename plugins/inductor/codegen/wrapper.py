@@ -22,8 +22,9 @@ from ..ir import (
     GraphIR,
     StorageView,
 )
+from ..kernel_plan import KernelPlan
 from ..scheduler import ExternStep, FusedKernel, Schedule
-from .cpp import GeneratedKernel, KernelPlan
+from .cpp import GeneratedKernel
 
 
 def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:

@@ -1,0 +1,96 @@
+"""What a target device's code generator can do, as lowering and scheduling ask it.
+
+In: a ``torch.device`` (:func:`device_caps`). Out: a :class:`DeviceCaps`,
+the one place lowering looks up a target's abilities and preferences (which
+dtypes and ``ops.*`` math its generator emits, which aten ops run as library
+calls, layout and reduction-splitting choices), so no stage before code
+generation imports a generator. CPU tensors get :data:`CPP` (C++/OpenMP,
+:mod:`.codegen.cpp`); a device without a generator is refused with an error
+that says what to use instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from torchkiln.exc import NotImplementedYet
+
+from .loop_body import MATH_OPS
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class DeviceCaps:
+    """A code generator's abilities; lowering sends what it lacks to aten calls."""
+
+    name: str  # the code generator: "cpp"
+    dtypes: frozenset[torch.dtype]  # storage dtypes its kernels read and write
+    ops: frozenset[str]  # the ``ops.*`` math it emits (see :data:`.loop_body.MATH_OPS`)
+    extern_ops: frozenset  # aten ops always run as library calls (their epilogues fuse)
+    channels_last_conv: bool  # 2-D convolutions run on channels-last tensors
+    # a reduction of everything this large runs as ``split_chunks`` parallel partial reductions
+    split_reduction_min: int
+    split_chunks: int
+    # largest per-thread array a kernel keeps for values re-read within one outer iteration
+    max_local_bytes: int
+
+    def supports_dtype(self, dtype: torch.dtype) -> bool:
+        return dtype in self.dtypes
+
+    def has_op(self, name: str) -> bool:
+        return name in self.ops
+
+
+#: matmuls and convolutions: oneDNN / BLAS through aten
+_LIBRARY_OPS = frozenset(
+    {
+        aten.mm.default,
+        aten.bmm.default,
+        aten.addmm.default,
+        aten.baddbmm.default,
+        aten.convolution.default,
+        aten.convolution_backward.default,
+        aten._convolution.default,
+    }
+)
+
+CPP = DeviceCaps(
+    name="cpp",
+    dtypes=frozenset(
+        {
+            torch.float32,
+            torch.float64,
+            torch.float16,
+            torch.bfloat16,
+            torch.int8,
+            torch.uint8,
+            torch.int16,
+            torch.int32,
+            torch.int64,
+            torch.bool,
+        }
+    ),
+    ops=MATH_OPS,
+    extern_ops=_LIBRARY_OPS,
+    # oneDNN's NCHW path reorders the input and weight into a blocked layout on every call
+    # (~25% of a small ResNet's step on one thread); its backward too (up to 1.8x faster
+    # channels-last at 16 channels)
+    channels_last_conv=True,
+    split_reduction_min=1 << 16,
+    split_chunks=64,
+    max_local_bytes=64 * 1024,  # they live on the stack
+)
+
+
+def device_caps(device: torch.device) -> DeviceCaps:
+    """The capabilities of the code generator for tensors on ``device``."""
+    if device.type == "cpu":
+        return CPP
+    raise NotImplementedYet(
+        f"the inductor backend generates C++ for CPU tensors only; got a {device.type} "
+        "tensor (GPU code generation with Triton is not built yet: use backend='aot_eager' "
+        "on GPU for now)"
+    )
