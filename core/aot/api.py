@@ -51,6 +51,10 @@ def _plan_key(args: Sequence) -> tuple[tuple[bool, ...] | None, tuple]:
     return pattern, constants
 
 
+def _any_requires_grad(args: Sequence) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
 class _AOTCompiled:
     """The callable ``aot_autograd(...)(gm, example_inputs)`` returns."""
 
@@ -72,6 +76,9 @@ class _AOTCompiled:
         self.partition_fn = partition_fn
         self.cache = cache
         self.plans: dict[tuple, tuple[GraphMeta, Any]] = {}
+        self.enables_grad = any(
+            node.target is torch._C._set_grad_enabled and node.args[0] for node in gm.graph.nodes
+        )
 
     def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any]:
         key = _plan_key(args)
@@ -118,6 +125,10 @@ class _AOTCompiled:
         return meta, self.inference_compiler(inference_gm, example_inputs_of(inference_gm))
 
     def __call__(self, *args: Any) -> Any:
+        if self.enables_grad and not torch.is_grad_enabled() and _any_requires_grad(args):
+            # called under no_grad, the graph turns grad on for inputs that require it: plans
+            # trace under one grad mode, so the captured graph runs as it is
+            return self.gm.forward(*args)
         meta, plan = self.plan_for(args)
         if isinstance(plan, TrainingPlan):
             fw_outs = run_training(plan, args)

@@ -179,3 +179,26 @@ def test_autocast_dtype_change_is_not_served_from_the_plan_cache(tmp_path, monke
             out = f(x, w)
             assert out.dtype == dtype
             assert_close(out, matmul(x, w))
+
+
+def enable_grad_inside(x):
+    y = x + 1
+    with torch.enable_grad():
+        z = (y * x).sum()
+    return z, y
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_enable_grad_inside_a_frame_called_under_no_grad(backend):
+    compiled = torchkiln.compile(enable_grad_inside, backend=backend)
+    for _ in range(2):
+        x = torch.randn(2, 3, requires_grad=True)
+        with torch.no_grad():
+            out, ref = compiled(x), enable_grad_inside(x)
+        assert [o.requires_grad for o in out] == [r.requires_grad for r in ref]
+        assert_close(out, ref)
+        out[0].backward()
+        grad = x.grad.clone()
+        x.grad = None
+        ref[0].backward()
+        assert_close(grad, x.grad)
