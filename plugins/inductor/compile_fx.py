@@ -22,6 +22,7 @@ from torchkiln import logs
 
 from . import trace
 from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
+from .codegen.triton import TritonModule, generate_triton
 from .codegen.wrapper import WrapperCodegen
 from .cpp_build import load_library
 from .device import DeviceCaps, device_caps
@@ -49,18 +50,26 @@ class GraphArtifact:
     wrapper_source: str
     namespace: dict[str, Any]
     fallbacks: dict[str, str]
+    triton: TritonModule | None = None  # the Triton target's kernels (no C++ then)
 
     @property
     def num_kernels(self) -> int:
-        return len(self.kernels)
+        return len(self.kernels) + (len(self.triton.launches) if self.triton else 0)
 
     def output_code(self) -> str:
         fallbacks = "\n".join(f"#   {op}: {why}" for op, why in sorted(self.fallbacks.items()))
         header = f"# fallbacks to aten ({len(self.fallbacks)}):\n{fallbacks or '#   none'}\n"
-        return f"{header}\n# ---- C++ kernels ----\n{self.cpp_source}\n# ---- wrapper ----\n{self.wrapper_source}"
+        kernels = (
+            f"# ---- Triton kernels ----\n{self.triton.source}"
+            if self.triton
+            else f"# ---- C++ kernels ----\n{self.cpp_source}"
+        )
+        return f"{header}\n{kernels}\n# ---- wrapper ----\n{self.wrapper_source}"
 
     def bind(self, lib: ctypes.CDLL | None) -> CompiledGraph:
         ns = {"torch": torch, **self.namespace}
+        if self.triton:
+            ns.update(self.triton.load())
         for name, num_params in self.kernels:
             fn = getattr(lib, name)
             fn.argtypes = [ctypes.c_void_p] * num_params
@@ -135,7 +144,7 @@ def generate(
     run_passes(gm)
     if tracer:
         tracer.write("fx_graph_after_passes.py", gm.print_readable(print_output=False))
-    caps = device_caps(_device(example_inputs))
+    caps = device_caps(_device(example_inputs), options.cpu_backend)
     graph = GraphLowering(gm, example_inputs, caps, options.fallback_random).lower()
     timings["lower"] = time.perf_counter() - t0
     output_names = {o.buffer.name for o in graph.outputs if isinstance(o, StorageView)}
@@ -148,19 +157,28 @@ def generate(
     if tracer:
         tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule, caps, plans))
     timings["schedule"] = time.perf_counter() - t0 - timings["lower"]
-    by_step = generate_kernels(
-        plans, graph, options.simdlen, options.threads, options.parallel_threshold
-    )
-    kernels = list(by_step.values())
-    wrapper = WrapperCodegen(graph, schedule, plans, by_step, single)
+    if caps.name == "triton":
+        module, launches = generate_triton(plans, graph)
+        kernels: list[GeneratedKernel] = []
+        wrapper = WrapperCodegen(graph, schedule, plans, launches, single)
+        cpp_source = ""
+    else:
+        module = None
+        by_step = generate_kernels(
+            plans, graph, options.simdlen, options.threads, options.parallel_threshold
+        )
+        kernels = list(by_step.values())
+        wrapper = WrapperCodegen(graph, schedule, plans, by_step, single)
+        cpp_source = translation_unit(kernels)
     wrapper_source = wrapper.generate()
     artifact = GraphArtifact(
-        translation_unit(kernels),
+        cpp_source,
         options.opt_level,
         tuple((k.name, len(k.params)) for k in kernels),
         wrapper_source,
         wrapper.namespace,
         dict(graph.fallbacks),
+        module,
     )
     generated = GeneratedGraph(graph, schedule, plans, kernels, artifact, options, timings)
     if logs.enabled("output_code"):

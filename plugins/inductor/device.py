@@ -5,7 +5,9 @@ the one place lowering looks up a target's abilities and preferences (which
 dtypes and ``ops.*`` math its generator emits, which aten ops run as library
 calls, layout and reduction-splitting choices), so no stage before code
 generation imports a generator. CPU tensors get :data:`CPP` (C++/OpenMP,
-:mod:`.codegen.cpp`); a device without a generator is refused with an error
+:mod:`.codegen.cpp`), CUDA tensors :data:`TRITON` (:mod:`.codegen.triton`), and so do
+CPU tensors with the inductor option ``cpu_backend="triton"`` (Triton's interpreter,
+``TRITON_INTERPRET=1``, runs the kernels); another device is refused with an error
 that says what to use instead.
 """
 
@@ -36,6 +38,8 @@ class DeviceCaps:
     split_chunks: int
     # largest per-thread array a kernel keeps for values re-read within one outer iteration
     max_local_bytes: int
+    random: bool = True  # emits rand/randn (else random ops run as aten calls)
+    scatter: bool = True  # emits scatters (index_put, scatter_add...; else aten calls)
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         return dtype in self.dtypes
@@ -85,12 +89,54 @@ CPP = DeviceCaps(
 )
 
 
-def device_caps(device: torch.device) -> DeviceCaps:
-    """The capabilities of the code generator for tensors on ``device``."""
+#: ``ops.*`` math the Triton generator (:mod:`.codegen.triton`) emits with core ``tl`` functions only (libdevice
+#: is not available in the interpreter CI runs); the rest runs as aten calls
+TRITON_MATH_OPS = MATH_OPS - {
+    "expm1",
+    "log1p",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "erfc",
+    "erfinv",
+    "lgamma",
+    "atan2",
+    "hypot",
+    "copysign",
+}
+
+TRITON = DeviceCaps(
+    name="triton",
+    dtypes=frozenset(
+        {torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool}
+    ),
+    ops=TRITON_MATH_OPS,
+    extern_ops=_LIBRARY_OPS,
+    channels_last_conv=False,
+    split_reduction_min=1 << 16,
+    split_chunks=64,
+    # a later loop of a kernel re-reads a value from memory (the program's own writes)
+    max_local_bytes=0,
+    # not built yet (Philox `tl.rand`, atomic scatters): aten calls, listed as fallbacks
+    random=False,
+    scatter=False,
+)
+
+
+def device_caps(device: torch.device, cpu_backend: str = "cpp") -> DeviceCaps:
+    """The capabilities of the code generator for tensors on ``device`` (``cpu_backend``:
+    the inductor option choosing C++ or Triton, run by its interpreter, for CPU tensors)."""
     if device.type == "cpu":
-        return CPP
+        return TRITON if cpu_backend == "triton" else CPP
+    if device.type == "cuda":
+        return TRITON
     raise NotImplementedYet(
-        f"the inductor backend generates C++ for CPU tensors only; got a {device.type} "
-        "tensor (GPU code generation with Triton is not built yet: use backend='aot_eager' "
-        "on GPU for now)"
+        f"the inductor backend generates code for CPU and CUDA tensors only; got a "
+        f"{device.type} tensor (use backend='aot_eager' for it)"
     )

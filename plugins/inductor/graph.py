@@ -274,6 +274,8 @@ class GraphLowering(Interpreter):
             return "no lowering"
         if self.fallback_random and target in RANDOM_OPS:
             return "fallback_random=True"
+        if not self.caps.random and target in RANDOM_OPS:
+            return f"the {self.caps.name} code generator has no random ops yet"
         if meta is None:
             return "no shape information on the node"
         for value in _flat_values((args, kwargs, meta)):

@@ -1158,6 +1158,8 @@ def _index(g, meta, x, indices):
 
 def _scatter(g, meta, x: TensorValue, sizes, dest, value_loader, mode: str | None):
     """Copy ``x`` into a fresh buffer, then write ``value_loader(i)`` at ``dest(i)`` for i in sizes."""
+    if not g.caps.scatter:
+        raise Unlowerable(f"the {g.caps.name} code generator has no scatters yet")
     base = g.realize(PointwiseValue(x.size, x.dtype, x.device, x.loader(), 1))
     return g.scatter(base, tuple(sizes), value_loader, dest, mode, meta.dtype)
 

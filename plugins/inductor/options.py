@@ -28,6 +28,14 @@ OPTIONS: tuple[Option, ...] = (
         int,
     ),
     Option(
+        "cpu_backend",
+        "cpp",
+        'code generator for CPU tensors: "cpp" (C++/OpenMP) or "triton" (Triton kernels run '
+        "by its interpreter: set TRITON_INTERPRET=1 before triton is imported; for testing "
+        "the GPU path without a GPU)",
+        str,
+    ),
+    Option(
         "fallback_random",
         False,
         "run random ops (rand, randn, dropout, bernoulli) as aten calls, to match eager's numbers",
@@ -100,6 +108,7 @@ class InductorOptions:
     trace_dir: str | None = None
     graph_diagram: bool = False
     cudagraphs: bool = False
+    cpu_backend: str = "cpp"
 
 
 _FIELDS = {
@@ -113,6 +122,7 @@ _FIELDS = {
     "trace.dir": "trace_dir",
     "trace.graph_diagram": "graph_diagram",
     "triton.cudagraphs": "cudagraphs",
+    "cpu_backend": "cpu_backend",
 }
 
 
@@ -138,6 +148,10 @@ def parse_options(options: dict[str, Any]) -> InductorOptions:
         raise InvalidOptionError(f"cpp.opt_level must be O0..O3, got {parsed.opt_level!r}")
     if parsed.simdlen < 1:
         raise InvalidOptionError(f"cpp.simdlen must be positive, got {parsed.simdlen}")
+    if parsed.cpu_backend not in ("cpp", "triton"):
+        raise InvalidOptionError(
+            f'cpu_backend must be "cpp" or "triton", got {parsed.cpu_backend!r}'
+        )
     if parsed.threads is not None and parsed.threads < 1:
         raise InvalidOptionError(f"cpp.threads must be positive, got {parsed.threads}")
     return parsed

@@ -2,7 +2,8 @@
 
 The wrapper is generated as Python source (printed by
 ``TORCHKILN_LOGS=output_code``) and ``exec``-ed with the kernels bound as
-ctypes functions. Buffers a kernel writes are allocated with
+ctypes functions (C++, called with data pointers) or Triton launchers (called
+with the tensors). Buffers a kernel writes are allocated with
 ``torch.empty_strided`` in their planned layout; a buffer whose last reader
 has run goes back to a pool and a later buffer of the same dtype and size
 takes it over instead of allocating (buffer reuse). Inputs whose strides
@@ -25,6 +26,7 @@ from ..ir import (
 from ..kernel_plan import KernelPlan
 from ..scheduler import ExternStep, FusedKernel, Schedule
 from .cpp import GeneratedKernel
+from .triton import KernelLaunch
 
 
 def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
@@ -47,7 +49,7 @@ class WrapperCodegen:
         graph: GraphIR,
         schedule: Schedule,
         plans: dict[str, KernelPlan],
-        kernels: dict[str, GeneratedKernel],
+        kernels: dict[str, GeneratedKernel] | dict[str, KernelLaunch],
         single_output: bool,
     ):
         self.graph = graph
@@ -205,8 +207,11 @@ class WrapperCodegen:
             else:
                 lines.append(f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype})")
             owned.add(buf.name)
-        ptrs = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
-        lines.append(f"{kernel.name}({ptrs})")
+        if isinstance(kernel, KernelLaunch):  # a Triton launcher takes the tensors
+            args = ", ".join(kernel.params)
+        else:
+            args = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
+        lines.append(f"{kernel.name}({args})")
         for node in step.nodes:
             if node.is_scatter:
                 lines.append(f"{node.name} = {node.buffer.data.target}  # written in place")

@@ -89,7 +89,7 @@ def test_layer_norm_plan_reduces_then_normalizes_in_one_outer_loop():
 
 def test_lowering_sends_what_the_device_lacks_to_aten(monkeypatch):
     caps = dataclasses.replace(CPP, ops=CPP.ops - {"sin"}, dtypes=CPP.dtypes - {torch.float64})
-    monkeypatch.setattr(compile_fx_module, "device_caps", lambda device: caps)
+    monkeypatch.setattr(compile_fx_module, "device_caps", lambda device, cpu_backend: caps)
     compiled = check(lambda x, y: (x.sin() * 2, y * 2), torch.randn(8, 8), torch.randn(3).double())
     assert compiled.fallbacks["aten.sin.default"] == "the cpp code generator has no sin"
     assert compiled.fallbacks["aten.mul.Tensor"] == "dtype torch.float64 has no cpp lowering"

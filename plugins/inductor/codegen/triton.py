@@ -1,0 +1,894 @@
+"""Triton code generation for fused kernels.
+
+In: a :class:`~torchkiln_inductor.kernel_plan.KernelPlan` (its segments, and
+each node's ops list). Out: one ``@triton.jit`` function per kernel, collected
+into a :class:`TritonModule` (source text plus, per kernel, its launch: grid
+and block sizes, fixed at compile time since shapes are static).
+
+Each program handles ``XBLOCK`` elements of the kernel's flattened outer loops
+(``xindex``, the grid's axis). A segment with inner loops (or a reduction)
+works on ``[XBLOCK, RBLOCK]`` tiles of its flattened inner loops
+(``r<k>index``): *persistent* when the inner loops fit one block
+(``RBLOCK = next_power_of_2(rnumel)`` up to :data:`PERSISTENT_MAX`), else a
+loop over blocks with per-lane accumulators reduced at the end. Index math
+is the plan's index expressions over those two variables (``//`` and ``%``
+unflatten them), masked by ``xindex < xnumel`` and ``rindex < rnumel``.
+Values are computed in float32 for float16/bfloat16 storage; welford keeps
+(mean, m2, weight) per lane and merges them with ``tl.reduce``.
+
+:class:`TritonOpsHandler` turns each op into one Triton expression (with
+common-subexpression elimination) and tracks which tile axes every value
+varies over, so pointers and masks get the same shape. Ops outside
+:data:`~.device.TRITON_MATH_OPS` never reach it: lowering asks the device's
+capabilities and runs them as aten calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..indexing import Atom, Expr, FloorDiv, Indirect, Mod, Var, unflatten
+from ..ir import GraphIR, Reduction
+from ..kernel_plan import KernelPlan, Segment
+from ..loop_body import Op, Value, compute_dtype
+from ..scheduler import SchedulerNode
+
+#: the largest inner extent a reduction handles in one block (larger: a loop over blocks)
+PERSISTENT_MAX = 1024
+#: elements of one ``[XBLOCK, RBLOCK]`` tile
+TILE_ELEMENTS = 4096
+#: elements one program of a pointwise kernel handles
+POINTWISE_BLOCK = 1024
+
+#: float32 -> bfloat16 conversions round to nearest-even on a GPU; Triton's interpreter
+#: truncates, so under it the value is rounded first (bit arithmetic, NaN kept)
+_ROUND_BF16 = {
+    False: """@triton.jit
+def kiln_round_bf16(x):
+    return x""",
+    True: """@triton.jit
+def kiln_round_bf16(x):
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))""",
+}
+
+TL_TYPES = {
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.int16: "tl.int16",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.bool: "tl.int1",
+}
+
+PRELUDE = '''\
+import triton
+import triton.language as tl
+
+
+{round_bf16}
+
+
+@triton.jit
+def kiln_maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def kiln_minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def kiln_prod(a, b):
+    return a * b
+
+
+@triton.jit
+def kiln_welford_combine(mean1, m2_1, w1, mean2, m2_2, w2):
+    delta = mean2 - mean1
+    w = w1 + w2
+    frac = tl.where(w == 0.0, 0.0, w2 / tl.where(w == 0.0, 1.0, w))
+    return mean1 + delta * frac, m2_1 + m2_2 + delta * delta * w1 * frac, w
+
+
+@triton.jit
+def kiln_trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+@triton.jit
+def kiln_round(x):
+    """Half to even, as torch.round."""
+    r = tl.floor(x + 0.5)
+    tie = (r - x) == 0.5
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    return tl.where(tie & odd, r - 1.0, r)
+
+
+@triton.jit
+def kiln_tanh(x):
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def kiln_sign(x):
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+
+@triton.jit
+def kiln_floordiv_int(a, b):
+    q = a // b
+    return tl.where(((a % b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def kiln_floordiv_float(a, b):
+    """As ATen's div_floor for floating types."""
+    mod = a % b
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    floor = tl.floor(div)
+    floor = tl.where(div - floor > 0.5, floor + 1.0, floor)
+    return tl.where(div != 0, floor, 0.0 * (a / b))
+
+
+@triton.jit
+def kiln_remainder(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def kiln_pow_float(a, b):
+    r = tl.exp2(b * tl.log2(tl.abs(a)))
+    whole = b == tl.floor(b)
+    odd = whole & ((b - 2.0 * tl.floor(b * 0.5)) != 0.0)
+    r = tl.where((a < 0) & odd, -r, r)
+    r = tl.where((a < 0) & (~whole), float("nan"), r)
+    return tl.where(b == 0, 1.0, r)
+
+
+@triton.jit
+def kiln_pow_int(a, b):
+    result = tl.full(a.shape, 1, a.dtype) + 0 * b
+    base = a + 0 * b
+    e = b + 0 * a
+    for _ in tl.static_range(63):
+        result = tl.where((e & 1) != 0, result * base, result)
+        base = base * base
+        e = e >> 1
+    return result
+'''
+
+
+@dataclass(frozen=True)
+class TritonValue:
+    """A Triton expression's variable, its compute dtype and the tile axes it varies over."""
+
+    name: str
+    dtype: torch.dtype
+    dims: frozenset[str]  # subset of {"x", "r"}
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _floating(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def _literal(value: Any, dtype: torch.dtype) -> str:
+    """A ``[1, 1]`` constant of compute ``dtype``."""
+    dtype = compute_dtype(dtype)
+    if dtype == torch.bool:
+        text = "1" if value else "0"
+    elif _floating(dtype):
+        value = float(value)
+        text = f'float("{value}")' if math.isnan(value) or math.isinf(value) else repr(value)
+    else:
+        text = str(int(value))
+    return f"tl.full([1, 1], {text}, {TL_TYPES[dtype]})"
+
+
+@dataclass
+class _Tile:
+    """The tile a segment's values live in: names of its index variables and masks."""
+
+    rindex: str | None  # ``r<k>index``, None for a segment over the outer loops only
+    rblock: str  # the RBLOCK constexpr name ("1" without one)
+    # expressions defined in the segment's region, by text -> value (CSE)
+    cse: dict[str, TritonValue] = field(default_factory=dict)
+
+    def shape(self, dims: frozenset[str]) -> str:
+        return f"[{'XBLOCK' if 'x' in dims else 1}, {self.rblock if 'r' in dims else 1}]"
+
+    def mask(self, dims: frozenset[str]) -> str | None:
+        parts = (["xmask"] if "x" in dims else []) + ([f"{self.rindex}mask"] if "r" in dims else [])
+        return " & ".join(parts) or None
+
+
+class TritonOpsHandler:
+    """Emits ops as Triton statements into the kernel's current region, one method per op."""
+
+    def __init__(self, kernel: TritonKernel, tile: _Tile):
+        self.kernel = kernel
+        self.tile = tile
+        self.masks: list[TritonValue] = []  # enclosing ``masked`` conditions
+        self.indirect: dict[str, TritonValue] = {}  # Indirect atom name -> its value
+
+    # -- reading an ops list ----------------------------------------------------------
+    def run(self, ops: tuple[Op, ...], values: dict[Value, TritonValue]) -> None:
+        """Emit ``ops`` (a body's ops before its ``reduction`` and ``store``) into ``values``."""
+        for op in ops:
+            args = [values[a] if isinstance(a, Value) else a for a in op.args]
+            if op.name == "masked":
+                block = op.block
+                assert block is not None
+                self.masks.append(args[0])
+                try:
+                    self.run(block.ops, values)
+                finally:
+                    self.masks.pop()
+                values[op.out] = self.masked(args[0], values[block.result], args[1])
+            elif op.name == "indirect_indexing":
+                self.indirect[op.out.name] = self.indirect_indexing(*args)
+            else:
+                values[op.out] = getattr(self, op.name)(*args)
+
+    # -- plumbing -------------------------------------------------------------------
+    def emit(self, text: str, dtype: torch.dtype, dims: frozenset[str]) -> TritonValue:
+        """``text`` as a new variable (or the one computed before in this region)."""
+        dtype = compute_dtype(dtype) if dtype != torch.bool else dtype
+        key = f"{dtype}|{text}"
+        hit = self.tile.cse.get(key)
+        if hit is not None:
+            return hit
+        value = TritonValue(self.kernel.new_tmp(), dtype, dims)
+        self.kernel.line(f"{value} = {text}")
+        self.tile.cse[key] = value
+        return value
+
+    def index_dims(self, expr: Expr) -> frozenset[str]:
+        dims: set[str] = set()
+        for atom, _ in expr.terms:
+            if isinstance(atom, Indirect):
+                dims |= self.indirect[atom.name].dims
+            elif isinstance(atom, (FloorDiv, Mod)):
+                dims |= self.index_dims(atom.arg)
+            else:
+                dims.add("x" if atom.name == "xindex" else "r")
+        return frozenset(dims)
+
+    def render(self, expr: Expr) -> str:
+        return render_index(
+            expr, lambda a: self.indirect[a.name].name if isinstance(a, Indirect) else a.name
+        )
+
+    def index(self, expr: Expr, dims: frozenset[str]) -> str:
+        """``expr`` as Triton text, broadcast to the tile shape of ``dims``."""
+        text = self.render(expr)
+        if self.index_dims(expr) != dims:
+            text = f"({text}) + tl.zeros({self.tile.shape(dims)}, tl.int32)"
+        return text
+
+    def mask(self, dims: frozenset[str]) -> str | None:
+        parts = [m for m in [self.tile.mask(dims)] if m] + [m.name for m in self.masks]
+        return " & ".join(parts) or None
+
+    def _dims(self, *values: Any) -> frozenset[str]:
+        out: frozenset[str] = frozenset()
+        for v in values:
+            if isinstance(v, TritonValue):
+                out |= v.dims
+        return out
+
+    # -- memory and constants ----------------------------------------------------------
+    def load(self, name: str, index: Expr) -> TritonValue:
+        forwarded = self.kernel.forwarded.get((name, index))
+        if forwarded is not None:
+            return forwarded
+        ptr = self.kernel.param(name, written=False)
+        dims = self.index_dims(index) | self._dims(*self.masks)
+        mask = self.mask(dims)
+        text = f"tl.load({ptr} + ({self.index(index, dims)})"
+        text += f", {mask}, other=0)" if mask else ")"
+        dtype = self.kernel.graph.buffer(name).dtype
+        if dtype in (torch.float16, torch.bfloat16):
+            text += ".to(tl.float32)"
+        return self.emit(text, dtype, dims)
+
+    def store(self, name: str, index: Expr, value: TritonValue) -> None:
+        ptr = self.kernel.param(name, written=True)
+        dims = self.index_dims(index) | value.dims
+        dtype = self.kernel.graph.buffer(name).dtype
+        text = value.name
+        if dtype == torch.bfloat16:
+            text = f"kiln_round_bf16({text})"
+        if value.dtype != dtype:
+            text = f"{text}.to({TL_TYPES[dtype]})"
+        if value.dims != dims:
+            text = f"tl.broadcast_to({text}, {self.tile.shape(dims)})"
+        mask = self.mask(dims)
+        tail = f", {mask})" if mask else ")"
+        self.kernel.line(f"tl.store({ptr} + ({self.index(index, dims)}), {text}{tail}")
+
+    def constant(self, value: Any, dtype: torch.dtype) -> TritonValue:
+        return self.emit(_literal(value, dtype), dtype, frozenset())
+
+    def index_expr(self, expr: Expr, dtype: torch.dtype) -> TritonValue:
+        dims = self.index_dims(expr)
+        if not dims:
+            return self.constant(expr.const, dtype)
+        return self.emit(f"({self.render(expr)}).to({TL_TYPES[compute_dtype(dtype)]})", dtype, dims)
+
+    def to_dtype(self, x: TritonValue, dtype: torch.dtype) -> TritonValue:
+        if dtype == torch.bool:
+            return x if x.dtype == torch.bool else self.emit(f"({x} != 0)", torch.bool, x.dims)
+        target = compute_dtype(dtype)
+        out = x if target == x.dtype else self.emit(f"{x}.to({TL_TYPES[target]})", target, x.dims)
+        if dtype == torch.bfloat16:  # round to the storage type's precision
+            out = self.emit(
+                f"kiln_round_bf16({out}).to(tl.bfloat16).to(tl.float32)", target, x.dims
+            )
+        elif dtype == torch.float16:
+            out = self.emit(f"{out}.to(tl.float16).to(tl.float32)", target, x.dims)
+        return out
+
+    def indirect_indexing(self, x: TritonValue, size: int, wrap: bool = True) -> TritonValue:
+        idx = self.emit(f"{x}.to(tl.int64)", torch.int64, x.dims)
+        if wrap:
+            idx = self.emit(f"tl.where({idx} < 0, {idx} + {size}, {idx})", torch.int64, x.dims)
+        return idx
+
+    def masked(self, mask: TritonValue, result: TritonValue, other: Any) -> TritonValue:
+        dims = mask.dims | result.dims
+        return self.emit(
+            f"tl.where({mask}, {result}, {_literal(other, result.dtype)})", result.dtype, dims
+        )
+
+    def where(self, cond: TritonValue, a: TritonValue, b: TritonValue) -> TritonValue:
+        return self.emit(f"tl.where({cond}, {a}, {b})", a.dtype, self._dims(cond, a, b))
+
+    # -- math -------------------------------------------------------------------------
+    def _fn(self, template: str, dtype: torch.dtype, *args: TritonValue) -> TritonValue:
+        return self.emit(template.format(*args), dtype, self._dims(*args))
+
+    def __getattr__(self, name: str):
+        if name in _UNARY_FLOAT:
+
+            def unary(x: TritonValue) -> TritonValue:
+                if not _floating(x.dtype):
+                    raise TypeError(f"ops.{name} needs a floating value, got {x.dtype}")
+                return self._fn(_UNARY_FLOAT[name], x.dtype, x)
+
+            return unary
+        if name in _BINARY_SAME:
+            return lambda a, b: self._fn(_BINARY_SAME[name], a.dtype, a, b)
+        if name in _COMPARE:
+            return lambda a, b: self._fn(f"({{}} {_COMPARE[name]} {{}})", torch.bool, a, b)
+        raise AttributeError(name)
+
+    def neg(self, x):
+        return x if x.dtype == torch.bool else self._fn("(-{})", x.dtype, x)
+
+    def abs(self, x):
+        return x if x.dtype == torch.bool else self._fn("tl.abs({})", x.dtype, x)
+
+    def relu(self, x):
+        return self._fn("tl.where({0} < 0, 0, {0})", x.dtype, x)
+
+    def sign(self, x):
+        return x if x.dtype == torch.bool else self._fn("kiln_sign({})", x.dtype, x)
+
+    def signbit(self, x):
+        if x.dtype == torch.float32:
+            return self._fn("({}.to(tl.int32, bitcast=True) < 0)", torch.bool, x)
+        if x.dtype == torch.float64:
+            return self._fn("({}.to(tl.int64, bitcast=True) < 0)", torch.bool, x)
+        return self._fn("({} < 0)", torch.bool, x)
+
+    def logical_not(self, x):
+        return self._fn("({} == 0)", torch.bool, x)
+
+    def bitwise_not(self, x):
+        if x.dtype == torch.bool:
+            return self._fn("({} == 0)", torch.bool, x)
+        return self._fn("(~{})", x.dtype, x)
+
+    def isnan(self, x):
+        return self._fn("({0} != {0})", torch.bool, x)  # False for integers
+
+    def isinf(self, x):
+        if not _floating(x.dtype):
+            return self._fn("({0} != {0})", torch.bool, x)
+        return self._fn("(tl.abs({}) == float('inf'))", torch.bool, x)
+
+    def isfinite(self, x):
+        if not _floating(x.dtype):
+            return self._fn("({0} == {0})", torch.bool, x)
+        return self._fn("(tl.abs({}) < float('inf'))", torch.bool, x)
+
+    def mul(self, a, b):
+        if a.dtype == torch.bool:
+            return self._fn("({} & {})", torch.bool, a, b)
+        return self._fn("({} * {})", a.dtype, a, b)
+
+    def truediv(self, a, b):
+        return self._fn("({} / {})", a.dtype, a, b)
+
+    def trunc_div(self, a, b):
+        if _floating(a.dtype):
+            return self._fn("kiln_trunc({} / {})", a.dtype, a, b)
+        return self._fn("({} // {})", a.dtype, a, b)  # integer ``//`` truncates, as C
+
+    def floordiv(self, a, b):
+        helper = "kiln_floordiv_float" if _floating(a.dtype) else "kiln_floordiv_int"
+        return self._fn(helper + "({}, {})", a.dtype, a, b)
+
+    def pow(self, a, b):
+        helper = "kiln_pow_float" if _floating(a.dtype) else "kiln_pow_int"
+        return self._fn(helper + "({}, {})", a.dtype, a, b)
+
+    def logical_and(self, a, b):
+        return self._fn("(({} != 0) & ({} != 0))", torch.bool, a, b)
+
+    def logical_or(self, a, b):
+        return self._fn("(({} != 0) | ({} != 0))", torch.bool, a, b)
+
+    def logical_xor(self, a, b):
+        return self._fn("(({} != 0) != ({} != 0))", torch.bool, a, b)
+
+
+_UNARY_FLOAT = {
+    "exp": "tl.exp({})",
+    "exp2": "tl.exp2({})",
+    "log": "tl.log({})",
+    "log2": "tl.log2({})",
+    "log10": "(tl.log({}) * 0.4342944819032518)",
+    "sqrt": "tl.sqrt({})",
+    "rsqrt": "tl.rsqrt({})",
+    "sin": "tl.sin({})",
+    "cos": "tl.cos({})",
+    "tanh": "kiln_tanh({})",
+    "erf": "tl.erf({})",
+    "sigmoid": "tl.sigmoid({})",
+    "reciprocal": "(1.0 / {})",
+    "floor": "tl.floor({})",
+    "ceil": "tl.ceil({})",
+    "round": "kiln_round({})",
+    "trunc": "kiln_trunc({})",
+    "frac": "({0} - kiln_trunc({0}))",
+}
+_BINARY_SAME = {
+    "add": "({} + {})",
+    "sub": "({} - {})",
+    "fmod": "({} % {})",  # Triton's % keeps the dividend's sign (C fmod), for ints and floats
+    "remainder": "kiln_remainder({}, {})",
+    "maximum": "kiln_maximum({}, {})",
+    "minimum": "kiln_minimum({}, {})",
+    "bitwise_and": "({} & {})",
+    "bitwise_or": "({} | {})",
+    "bitwise_xor": "({} ^ {})",
+    "lshift": "({} << {})",
+    "rshift": "({} >> {})",
+}
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def render_index(expr: Expr, name_of: Callable[[Atom], str]) -> str:
+    """Python/Triton text of an index (``//`` and ``%`` of non-negative operands)."""
+    parts = []
+    for atom, coeff in expr.terms:
+        if isinstance(atom, FloorDiv):
+            text = f"(({render_index(atom.arg, name_of)}) // {atom.divisor})"
+        elif isinstance(atom, Mod):
+            text = f"(({render_index(atom.arg, name_of)}) % {atom.divisor})"
+        else:
+            text = name_of(atom)
+        parts.append(text if coeff == 1 else f"{coeff}*{text}")
+    if expr.const or not parts:
+        parts.append(str(expr.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+# ---------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------
+
+
+def _identity(rtype: str, dtype: torch.dtype) -> Any:
+    if rtype in ("sum", "any", "welford"):
+        return 0
+    if rtype in ("prod", "all"):
+        return 1
+    maximum = rtype in ("max", "argmax")
+    if _floating(dtype):
+        return float("-inf") if maximum else float("inf")
+    if dtype == torch.bool:
+        return 0 if maximum else 1
+    info = torch.iinfo(dtype)
+    return info.min if maximum else info.max
+
+
+_COMBINE = {
+    "sum": "{a} + {b}",
+    "prod": "{a} * {b}",
+    "max": "kiln_maximum({a}, {b})",
+    "min": "kiln_minimum({a}, {b})",
+    "any": "{a} | {b}",
+    "all": "{a} & {b}",
+}
+_REDUCE = {
+    "sum": "tl.sum({v}, 1)",
+    "prod": "tl.reduce({v}, 1, kiln_prod)",
+    "max": "tl.reduce({v}, 1, kiln_maximum)",
+    "min": "tl.reduce({v}, 1, kiln_minimum)",
+    "any": "tl.max({v}, 1)",
+    "all": "tl.min({v}, 1)",
+}
+_NO_INDEX = 2**62
+
+
+@dataclass
+class _Accumulator:
+    """One reduction of one value in a segment: its per-lane state and final results."""
+
+    rtype: str
+    value: TritonValue
+    position: TritonValue | None  # argmax/argmin: the flat inner position
+    names: list[str]
+    results: list[tuple[SchedulerNode, Expr]] = field(default_factory=list)  # (node, store index)
+
+
+class TritonKernel:
+    """Emits one fused kernel as a ``@triton.jit`` function."""
+
+    def __init__(self, plan: KernelPlan, graph: GraphIR):
+        self.plan = plan
+        self.graph = graph
+        self.params: dict[str, tuple[str, bool]] = {}  # buffer -> (param name, written)
+        self.lines: list[str] = []
+        self.depth = 1
+        self.meta: dict[str, int] = {}  # constexpr block sizes
+        self.forwarded: dict[tuple[str, Expr], TritonValue] = {}
+        self._reduced: dict[tuple[str, Expr], TritonValue] = {}  # reduction results, whole kernel
+        self._stored: set[str] = set()
+        self._tmp = 0
+
+    def new_tmp(self) -> str:
+        self._tmp += 1
+        return f"tmp{self._tmp}"
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def param(self, name: str, written: bool) -> str:
+        if name not in self.params:
+            self.params[name] = (f"{'out' if written else 'in'}_{name}", written)
+        elif written and not self.params[name][1]:
+            self.params[name] = (self.params[name][0], True)
+        return self.params[name][0]
+
+    # -- the kernel -------------------------------------------------------------------
+    def emit(self) -> tuple[str, list[str], dict[str, int], tuple[int, ...]]:
+        """(source with placeholder name ``KERNEL_NAME``, buffer arguments, block sizes, grid)."""
+        xnumel = math.prod(self.plan.kernel.outer)
+        rblocks = [self._rblock(seg) for seg in self.plan.segments if self._tiled(seg)]
+        if rblocks:
+            xblock = min(_pow2(xnumel), max(1, TILE_ELEMENTS // max(rblocks)))
+        else:
+            xblock = min(_pow2(xnumel), POINTWISE_BLOCK)
+        self.meta["XBLOCK"] = xblock
+        wide = self._max_numel() >= 2**31
+        pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        self.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+        self.line(f"xmask = xindex < {xnumel}")
+        outer_vars = unflatten(Expr.of(Var("xindex", xnumel)), self.plan.kernel.outer)
+        for k, seg in enumerate(self.plan.segments):
+            self._segment(k, seg, outer_vars)
+        ordered = sorted(self.params.items(), key=lambda kv: (kv[1][1], kv[0]))
+        names = [pname for _, (pname, _) in ordered]
+        consts = [f"{name}: tl.constexpr" for name in self.meta]
+        head = ["@triton.jit", f"def KERNEL_NAME({', '.join(names + consts)}):"]
+        grid = (-(-xnumel // xblock),)
+        return "\n".join(head + self.lines), [name for name, _ in ordered], self.meta, grid
+
+    def _max_numel(self) -> int:
+        names = {n for node in self.plan.kernel.nodes for n in node.read_names()}
+        names |= {n.name for n in self.plan.kernel.nodes}
+        return max(self.graph.buffer(n).layout.storage_numel() for n in names)
+
+    @staticmethod
+    def _tiled(seg: Segment) -> bool:
+        return bool(seg.inner) or any(n.is_reduction for n in seg.nodes)
+
+    @staticmethod
+    def _rblock(seg: Segment) -> int:
+        return min(_pow2(math.prod(seg.inner)), PERSISTENT_MAX)
+
+    # -- segments ---------------------------------------------------------------------
+    def _segment(self, k: int, seg: Segment, outer_vars: list[Expr]) -> None:
+        """Emit one segment: straight-line code, a persistent tile or a loop over r blocks."""
+        self.forwarded = dict(self._reduced)  # results of earlier segments' reductions
+        if any(n in self._stored for node in seg.nodes for n in node.read_names()):
+            self.line("tl.debug_barrier()")  # other threads of this program wrote them
+        if not self._tiled(seg):
+            tile = _Tile(None, "1")
+            self._nodes(seg, TritonOpsHandler(self, tile), outer_vars, [])
+            return
+        rnumel = math.prod(seg.inner)
+        rblock = self._rblock(seg)
+        rname = f"r{k}index"
+        self.meta[f"RBLOCK{k}"] = rblock
+        tile = _Tile(rname, f"RBLOCK{k}")
+        inner_vars = unflatten(Expr.of(Var(rname, rnumel)), seg.inner)
+        looped = rnumel > rblock
+        if not looped:
+            self.line(f"{rname} = tl.arange(0, RBLOCK{k})[None, :]")
+            self.line(f"{rname}mask = {rname} < {rnumel}")
+            handler = TritonOpsHandler(self, tile)
+            accs = self._nodes(seg, handler, outer_vars, inner_vars)
+            for acc in accs:
+                self._persistent(acc, tile)
+        else:
+            loop_lines, self.lines = self.lines, []
+            self.depth += 1
+            self.line(f"{rname} = r{k}offset + tl.arange(0, RBLOCK{k})[None, :]")
+            self.line(f"{rname}mask = {rname} < {rnumel}")
+            handler = TritonOpsHandler(self, tile)
+            accs = self._nodes(seg, handler, outer_vars, inner_vars)
+            for acc in accs:
+                self._update(acc, tile)
+            self.depth -= 1
+            body, self.lines = self.lines, loop_lines
+            for acc in accs:
+                self._init(acc, tile)
+            self.line(f"for r{k}offset in range(0, {rnumel}, RBLOCK{k}):")
+            self.lines += body
+            for acc in accs:
+                self._finish(acc)
+        self._store_results(seg, accs, handler)
+
+    def _nodes(self, seg, handler: TritonOpsHandler, outer_vars, inner_vars) -> list[_Accumulator]:
+        """Emit each node's ops; pointwise ones store, reductions get accumulators."""
+        accs: dict[tuple, _Accumulator] = {}
+        for node in seg.nodes:
+            if node.is_scatter:
+                raise AssertionError("scatters run as aten calls on Triton devices")
+            body = node.body_at(outer_vars, inner_vars)
+            values: dict[Value, TritonValue] = {}
+            handler.run(body.compute, values)
+            store = body.store
+            index = store.args[1]
+            reduction = body.reduction
+            if reduction is None:
+                self._store(node, handler, index, values[store.args[2]])
+                continue
+            data = node.buffer.data
+            assert isinstance(data, Reduction)
+            _, value, *position = reduction.args
+            value = values[value]
+            pos = handler.index_expr(position[0], torch.int64) if position else None
+            key = (data.reduction_type, value.name)
+            if key not in accs:
+                names = [f"acc{len(self._reduced)}_{len(accs)}_{i}" for i in range(3)]
+                accs[key] = _Accumulator(data.reduction_type, value, pos, names)
+            accs[key].results.append((node, index))
+        return list(accs.values())
+
+    def _store(self, node, handler: TritonOpsHandler, index: Expr, value: TritonValue) -> None:
+        dtype = node.buffer.dtype
+        if value.dtype != (torch.bool if dtype == torch.bool else compute_dtype(dtype)):
+            value = handler.to_dtype(value, dtype)
+        self.forwarded[(node.name, index)] = value
+        if node.name in self.plan.stored:
+            handler.store(node.name, index, value)
+            self._stored.add(node.name)
+
+    def _store_results(self, seg, accs: list[_Accumulator], handler: TritonOpsHandler) -> None:
+        tile = _Tile(None, "1")
+        out = TritonOpsHandler(self, tile)
+        for acc in accs:
+            for node, index in acc.results:
+                data = node.buffer.data
+                result = self._result(acc, data.output_index)
+                value = out.to_dtype(result, node.buffer.dtype)
+                self._reduced[(node.name, index)] = value
+                if node.name in self.plan.stored:
+                    out.store(node.name, index, value)
+                    self._stored.add(node.name)
+
+    # -- accumulators -----------------------------------------------------------------
+    def _masked_value(self, acc: _Accumulator, tile: _Tile) -> str:
+        """The value with the reduction's identity outside the tile (bool as int32)."""
+        v = acc.value.name
+        if acc.rtype in ("any", "all"):
+            v = f"{v}.to(tl.int32)"
+        init = _literal(_identity(acc.rtype, acc.value.dtype), self._acc_dtype(acc))
+        return f"tl.where(xmask & {tile.rindex}mask, {v}, {init})"
+
+    @staticmethod
+    def _acc_dtype(acc: _Accumulator) -> torch.dtype:
+        return torch.int32 if acc.rtype in ("any", "all") else acc.value.dtype
+
+    def _persistent(self, acc: _Accumulator, tile: _Tile) -> None:
+        """A tile holding whole rows: reduce it along r at once."""
+        m = f"xmask & {tile.rindex}mask"
+        v = self._masked_value(acc, tile)
+        n = acc.names
+        if acc.rtype == "welford":
+            self.line(f"{n[2]} = tl.sum(({m}).to(tl.float32), 1)[:, None]")
+            self.line(f"{n[0]} = tl.sum({v}, 1)[:, None] / tl.maximum({n[2]}, 1.0)")
+            self.line(f"{n[1]} = tl.where({m}, {acc.value} - {n[0]}, 0.0)")
+            self.line(f"{n[1]} = tl.sum({n[1]} * {n[1]}, 1)[:, None]")
+        elif acc.rtype in ("argmax", "argmin"):
+            combine = "kiln_maximum" if acc.rtype == "argmax" else "kiln_minimum"
+            self.line(f"{n[0]}_lanes = {v}")
+            self.line(f"{n[0]} = tl.reduce({n[0]}_lanes, 1, {combine})[:, None]")
+            self._pick_position(acc, f"{n[0]}_lanes", str(acc.position), m)
+        else:
+            self.line(f"{n[0]} = {_REDUCE[acc.rtype].format(v=v)}[:, None]")
+
+    def _init(self, acc: _Accumulator, tile: _Tile) -> None:
+        shape = f"[XBLOCK, {tile.rblock}]"
+        n = acc.names
+        dtype = TL_TYPES[self._acc_dtype(acc)]
+        if acc.rtype == "welford":
+            for name in n:
+                self.line(f"{name} = tl.zeros({shape}, tl.float32)")
+            return
+        init = _identity(acc.rtype, acc.value.dtype)
+        text = f'float("{init}")' if isinstance(init, float) else str(init)
+        self.line(f"{n[0]} = tl.full({shape}, {text}, {dtype})")
+        if acc.rtype in ("argmax", "argmin"):
+            self.line(f"{n[1]} = tl.full({shape}, {_NO_INDEX}, tl.int64)")
+
+    def _update(self, acc: _Accumulator, tile: _Tile) -> None:
+        """One r block into the per-lane accumulators."""
+        m = f"xmask & {tile.rindex}mask"
+        n = acc.names
+        v = acc.value
+        if acc.rtype == "welford":
+            self.line(f"{n[2]} = {n[2]} + ({m}).to(tl.float32)")
+            self.line(f"{n[0]}_delta = {v} - {n[0]}")
+            self.line(
+                f"{n[0]} = tl.where({m}, {n[0]} + {n[0]}_delta / tl.maximum({n[2]}, 1.0), {n[0]})"
+            )
+            self.line(f"{n[1]} = tl.where({m}, {n[1]} + {n[0]}_delta * ({v} - {n[0]}), {n[1]})")
+        elif acc.rtype in ("argmax", "argmin"):
+            cmp = ">" if acc.rtype == "argmax" else "<"
+            better = f"({m}) & (({n[1]} == {_NO_INDEX}) | ({v} {cmp} {n[0]}) | (({v} != {v}) & ({n[0]} == {n[0]})))"
+            self.line(f"{n[0]}_better = {better}")
+            self.line(f"{n[0]} = tl.where({n[0]}_better, {v}, {n[0]})")
+            self.line(f"{n[1]} = tl.where({n[0]}_better, {acc.position}, {n[1]})")
+        else:
+            combine = _COMBINE[acc.rtype].format(a=n[0], b=self._masked_value(acc, tile))
+            self.line(f"{n[0]} = {combine}")
+
+    def _finish(self, acc: _Accumulator) -> None:
+        """The per-lane accumulators reduced along r."""
+        n = acc.names
+        if acc.rtype == "welford":
+            self.line(
+                f"{n[0]}, {n[1]}, {n[2]} = tl.reduce(({n[0]}, {n[1]}, {n[2]}), 1, kiln_welford_combine)"
+            )
+            for name in n:
+                self.line(f"{name} = {name}[:, None]")
+        elif acc.rtype in ("argmax", "argmin"):
+            combine = "kiln_maximum" if acc.rtype == "argmax" else "kiln_minimum"
+            self.line(f"{n[0]}_lanes = {n[0]}")
+            self.line(f"{n[0]} = tl.reduce({n[0]}_lanes, 1, {combine})[:, None]")
+            self._pick_position(acc, f"{n[0]}_lanes", n[1], f"{n[1]} != {_NO_INDEX}")
+        else:
+            self.line(f"{n[0]} = {_REDUCE[acc.rtype].format(v=n[0])}[:, None]")
+
+    def _pick_position(self, acc: _Accumulator, lanes: str, positions: str, valid: str) -> None:
+        """The first position whose value is the extreme (NaN counts as the extreme)."""
+        n = acc.names
+        hit = f"(({lanes} == {n[0]}) | (({lanes} != {lanes}) & ({n[0]} != {n[0]})))"
+        self.line(
+            f"{n[1]} = tl.min(tl.where({hit} & ({valid}), {positions}, {_NO_INDEX}), 1)[:, None]"
+        )
+
+    def _result(self, acc: _Accumulator, output_index: int) -> TritonValue:
+        n = acc.names
+        if acc.rtype == "welford":
+            return TritonValue(n[output_index], torch.float32, frozenset("x"))
+        if acc.rtype in ("argmax", "argmin"):
+            return TritonValue(n[1], torch.int64, frozenset("x"))
+        if acc.rtype in ("any", "all"):
+            return TritonValue(f"({n[0]} != 0)", torch.bool, frozenset("x"))
+        return TritonValue(n[0], acc.value.dtype, frozenset("x"))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+# ---------------------------------------------------------------------------
+# Module and launches
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """How the wrapper calls one kernel: its grid and block sizes, fixed at compile time."""
+
+    name: str
+    params: tuple[str, ...]  # buffer names, in argument order
+    grid: tuple[int, ...]
+    meta: tuple[tuple[str, int], ...]
+
+
+class Launcher:
+    """Calls a ``@triton.jit`` function with a precomputed grid.
+
+    A first version: ``JITFunction.__call__`` binds arguments and looks up the
+    compiled kernel on every call (tens of microseconds); the lean launcher of
+    issue #16 item 4 replaces this class and nothing else.
+    """
+
+    def __init__(self, fn, launch: KernelLaunch):
+        self._call = fn[launch.grid]
+        self._meta = dict(launch.meta)
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        self._call(*tensors, **self._meta)
+
+
+@dataclass(frozen=True)
+class TritonModule:
+    """The Triton source of one graph's kernels and their launches; pickles for the plan cache."""
+
+    source: str
+    launches: tuple[KernelLaunch, ...]
+
+    def load(self) -> dict[str, Launcher]:
+        """Import the source (Triton reads a kernel's source from its file) and bind launchers."""
+        from torchkiln.plugin import cache_dir
+
+        digest = hashlib.sha256(self.source.encode()).hexdigest()[:24]
+        path = cache_dir() / "triton_src" / f"kiln_{digest}.py"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(self.source)
+            tmp.replace(path)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return {k.name: Launcher(getattr(module, k.name), k) for k in self.launches}
+
+
+def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[TritonModule, dict]:
+    """The Triton module of every planned kernel, and per kernel name its launch (identical
+    kernels share a function, named by the hash of its text)."""
+    sources: dict[str, str] = {}
+    by_step: dict[str, KernelLaunch] = {}
+    for kernel_name, plan in plans.items():
+        text, params, meta, grid = TritonKernel(plan, graph).emit()
+        name = f"kiln_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        sources[name] = text.replace("KERNEL_NAME", name)
+        by_step[kernel_name] = KernelLaunch(name, tuple(params), grid, tuple(meta.items()))
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    prelude = PRELUDE.replace("{round_bf16}", _ROUND_BF16[interpreted]).rstrip("\n")
+    source = "\n\n\n".join([prelude, *sources.values()]) + "\n"
+    launches = {launch.name: launch for launch in by_step.values()}
+    return TritonModule(source, tuple(launches.values())), by_step

@@ -1,0 +1,165 @@
+"""The Triton generator, run on CPU tensors by Triton's interpreter (``cpu_backend="triton"``).
+
+Shapes are tiny: the interpreter runs every program of the grid in numpy.
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
+
+import pytest
+import torch
+import torch.nn.functional as F
+from inductor_testing import check, compile_fn
+
+import torchkiln
+from torchkiln_inductor.codegen.triton import (
+    _BINARY_SAME,
+    _COMPARE,
+    _UNARY_FLOAT,
+    TL_TYPES,
+    TritonOpsHandler,
+)
+from torchkiln_inductor.device import TRITON as TRITON_CAPS
+
+pytest.importorskip("triton", reason="triton is not installed")
+
+TRITON = {"cpu_backend": "triton"}
+
+
+def triton_check(fn, *args, **kwargs):
+    compiled = check(fn, *args, **TRITON, **kwargs)
+    assert compiled.artifact.triton is not None and compiled.artifact.cpp_source == ""
+    return compiled
+
+
+def test_pointwise_chain_with_broadcast_transpose_and_slice():
+    def fn(x, y, b):
+        t = x.t()[1:5] * y[:, ::2] + b
+        return torch.relu(t).sigmoid() - torch.exp(t) / 3, (x + 1).transpose(0, 1)
+
+    triton_check(fn, torch.randn(12, 6), torch.randn(4, 24), torch.randn(12))
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool]
+)
+def test_dtypes(dtype):
+    def fn(a, b):
+        if dtype == torch.bool:
+            return a & ~b, a | b
+        if dtype.is_floating_point:  # one op per output: eager rounds after each op
+            return a * b, a - b, torch.maximum(a, b), (a > b), a.float().exp(), b.to(torch.int32)
+        return a * b - a // (b.abs() + 1), a % (b.abs() + 1), torch.where(a > b, a, b)
+
+    if dtype == torch.bool:
+        args = [torch.rand(5, 7) > 0.5, torch.rand(5, 7) > 0.5]
+    elif dtype.is_floating_point:
+        args = [torch.randn(5, 7, dtype=dtype), torch.randn(5, 7, dtype=dtype)]
+    else:
+        args = [torch.randint(-50, 50, (5, 7), dtype=dtype) for _ in range(2)]
+    triton_check(fn, *args)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.sum(1),
+        lambda x: x.mean(0),
+        lambda x: x.amax(1),
+        lambda x: x.amin(-1),
+        lambda x: x.prod(1),
+        lambda x: x.argmax(1),
+        lambda x: x.argmin(0),
+        lambda x: x.var(1),
+        lambda x: x.std(0, correction=0),
+        lambda x: x.sum(),
+        lambda x: torch.softmax(x, -1),
+        lambda x: torch.log_softmax(x, 0),
+        lambda x: F.layer_norm(x, x.shape[-1:]),
+    ],
+    ids=[
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "prod",
+        "argmax",
+        "argmin",
+        "var",
+        "std",
+        "sum_all",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+    ],
+)
+@pytest.mark.parametrize("shape", [(6, 20), (3, 1500)], ids=["persistent", "looped"])
+def test_reductions(fn, shape):
+    triton_check(fn, torch.randn(shape))
+
+
+def test_reduction_of_half_precision_with_epilogue():
+    def fn(x, w, b):
+        return F.layer_norm(F.gelu(x * w + b), (32,)).softmax(-1)
+
+    args = [torch.randn(4, 32, dtype=torch.bfloat16), *torch.randn(2, 32, dtype=torch.bfloat16)]
+    compiled = compile_fn(fn, *args, **TRITON)
+    # the fused kernel keeps float32 between ops, as eager does on float32 inputs; the
+    # outputs (softmax, at most 1) may differ by one bfloat16 step of 1.0 (0.0078)
+    expected = fn(*[a.float() for a in args]).to(torch.bfloat16)
+    torch.testing.assert_close(compiled(*args)[0], expected, atol=8e-3, rtol=1.6e-2)
+
+
+def test_what_triton_lacks_runs_as_aten_fallbacks():
+    def fn(x, idx, v):
+        return torch.log1p(x), x.index_put((idx,), v, accumulate=True), torch.rand_like(x) * 0
+
+    compiled = triton_check(fn, torch.rand(6, 3), torch.tensor([0, 2, 2]), torch.randn(3, 3))
+    assert "aten.log1p.default" in compiled.fallbacks
+    assert "aten.index_put.default" in compiled.fallbacks
+    assert any("rand" in op for op in compiled.fallbacks)
+
+
+def test_mlp_training_step_matches_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+    )
+    reference = [p.detach().clone() for p in model.parameters()]
+
+    def step(m, x, y):
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        return loss
+
+    x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    expected = step(model, x, y)
+    grads = [p.grad.clone() for p in model.parameters()]
+    with torch.no_grad():
+        for p, r in zip(model.parameters(), reference):
+            p.copy_(r)
+            p.grad = None
+    compiled = torchkiln.compile(model, backend="inductor", options=TRITON)
+    actual = step(compiled, x, y)
+    torch.testing.assert_close(actual, expected)
+    for p, g in zip(model.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
+
+
+def test_cpu_backend_option_is_checked():
+    with pytest.raises(Exception, match="cpu_backend"):
+        compile_fn(lambda x: x + 1, torch.randn(3), cpu_backend="cuda")
+
+
+def test_triton_generator_emits_every_op_and_dtype_its_capabilities_declare():
+    def emits(name):
+        return (
+            name in _UNARY_FLOAT
+            or name in _BINARY_SAME
+            or name in _COMPARE
+            or hasattr(TritonOpsHandler, name)
+        )
+
+    assert {n for n in TRITON_CAPS.ops if not emits(n)} == set()
+    assert TRITON_CAPS.dtypes <= set(TL_TYPES)
