@@ -205,7 +205,10 @@ class WrapperCodegen:
                         f"{buf.name} = _view({old}, {lay.size}, {lay.stride}, 0)  # reuses {old}"
                     )
             else:
-                lines.append(f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype})")
+                device = "" if lay.device.type == "cpu" else f", device={self.const(lay.device)}"
+                lines.append(
+                    f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype}{device})"
+                )
             owned.add(buf.name)
         if isinstance(kernel, KernelLaunch):  # a Triton launcher takes the tensors
             args = ", ".join(kernel.params)
