@@ -145,7 +145,9 @@ class OutputGraph:
             raise Unsupported(f"{name} failed while tracing: {type(e).__name__}: {e}") from e
         if layout_before is not None and self._input_layout(fake_args[0]) != layout_before:
             # backends (the AOT layer) compile data mutations of inputs, not layout changes
-            raise Unsupported(f"{name} changes the size or strides of a graph input in place")
+            raise Unsupported(
+                f"{name} changes the size, strides, storage or requires_grad of a graph input"
+            )
         if not _contains_tensor(example) and target is not operator.setitem:
             if not is_plain_result(example):
                 raise Unsupported(f"{name} returned a {type(example).__name__}")
@@ -161,10 +163,12 @@ class OutputGraph:
         return self.wrap_result(node, example)
 
     def _input_layout(self, fake: Any) -> tuple | None:
-        """Size, strides and offset of ``fake`` if it views an input's memory, else None."""
+        """Size, strides, offset, storage and requires_grad of ``fake`` if it views an
+        input's memory, else None (``set_``, ``requires_grad_`` change the last two)."""
         if not isinstance(fake, torch.Tensor) or _storage_id(fake) not in self._input_storages:
             return None
-        return (fake.shape, fake.stride(), fake.storage_offset())
+        storage = _storage_id(fake)
+        return (fake.shape, fake.stride(), fake.storage_offset(), storage, fake.requires_grad)
 
     def _note_write(self, vt: V.TensorVariable) -> None:
         """An op wrote into ``vt``: through a view or not, is that an input's memory?"""

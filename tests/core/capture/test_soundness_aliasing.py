@@ -149,3 +149,31 @@ def test_outputs_that_view_one_intermediate_share_its_memory(backend, requires_g
         out[0].add_(1)  # seen through the other views, as in eager
         ref[0].add_(1)
         assert_close(out, ref)
+
+
+def sets_requires_grad(x):
+    x.requires_grad_(True)
+    return x * 2
+
+
+def sets_storage(x, y):
+    x.set_(y)
+    return x + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_requires_grad_set_on_an_input_in_place(backend):
+    compiled = torchkiln.compile(sets_requires_grad, backend=backend)
+    x = torch.randn(3)
+    out = compiled(x)
+    assert x.requires_grad and out.requires_grad
+    out.sum().backward()
+    assert_close(x.grad, torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_storage_set_on_an_input_in_place(backend):
+    compiled = torchkiln.compile(sets_storage, backend=backend)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    assert_close(compiled(x, y), y + 1)
+    assert x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()

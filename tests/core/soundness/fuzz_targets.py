@@ -1,0 +1,1180 @@
+"""Targets and mutations of the guard-soundness fuzz (``test_guard_fuzz.py``, issue #14).
+
+A :class:`Target` is a function or ``nn.Module`` the fuzz compiles: how to build
+it and its inputs, and the program state it reads that may change between
+calls (its :class:`Knob` s: globals, closure cells, defaults, module
+attributes, submodules, buffers, hooks). :func:`mutate` changes things
+between calls, from every class the issue lists: shapes, dtypes,
+``requires_grad``, global torch state (:class:`Env`), knobs, aliasing between
+inputs, threads and config. A changed dimension drifts back to its initial
+value over the next calls, so a run keeps revisiting states it compiled
+before (the stale-entry case) without running out of cache entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import math
+import random
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+import torchkiln
+
+F32, F64, BF16, F16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
+THIS = sys.modules[__name__]
+
+
+# ---------------------------------------------------------------------------
+# Global torch state and config: one Env for the whole run, applied around every call.
+
+ENV_VALUES: dict[str, tuple] = {
+    "grad": (True, False),
+    "autocast": (None, BF16, F16),  # torch.autocast("cpu", dtype=...), or none
+    "inference": (False, True),
+    "default_dtype": (F32, F64),
+    "deterministic": (False, True),
+}
+
+
+@dataclasses.dataclass
+class Env:
+    """Global torch state a call runs under (the first value of each ENV_VALUES entry is torch's default)."""
+
+    grad: bool = True
+    autocast: torch.dtype | None = None
+    inference: bool = False
+    default_dtype: torch.dtype = F32
+    deterministic: bool = False
+    #: Set for one call by a config mutation (0: "never compile, run eagerly").
+    cache_size_limit: int | None = None
+
+    def changed(self) -> str:
+        fields = [(k, getattr(self, k)) for k in (*ENV_VALUES, "cache_size_limit")]
+        return ",".join(f"{k}={short(v)}" for k, v in fields if v != default_of(k)) or "-"
+
+    @contextlib.contextmanager
+    def thread_local(self) -> Iterator[None]:
+        """Grad mode, autocast and inference mode: each thread has its own."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.set_grad_enabled(self.grad))
+            if self.autocast is not None:
+                stack.enter_context(torch.autocast("cpu", dtype=self.autocast))
+            if self.inference:
+                stack.enter_context(torch.inference_mode())
+            yield
+
+    @contextlib.contextmanager
+    def process_wide(self) -> Iterator[None]:
+        """Default dtype, deterministic algorithms and config: shared by all threads."""
+        dtype, det = torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled()
+        limit = torchkiln.config.cache_size_limit
+        torch.set_default_dtype(self.default_dtype)
+        torch.use_deterministic_algorithms(self.deterministic)
+        if self.cache_size_limit is not None:
+            torchkiln.config.cache_size_limit = self.cache_size_limit
+        try:
+            yield
+        finally:
+            torchkiln.config.cache_size_limit = limit
+            torch.use_deterministic_algorithms(det)
+            torch.set_default_dtype(dtype)
+
+
+def default_of(field: str) -> Any:
+    return ENV_VALUES[field][0] if field in ENV_VALUES else None
+
+
+def short(value: Any) -> str:
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else repr(value)
+
+
+# ---------------------------------------------------------------------------
+# Inputs: a Spec says which kind; building twice from one seed gives equal, distinct inputs.
+
+
+@dataclasses.dataclass
+class Spec:
+    shape: int = 0  # index into Target.shapes
+    dtype: torch.dtype = F32
+    requires_grad: bool = False
+    alias: str = "distinct"  # or one of Target.alias
+    inference_inputs: bool = False
+
+    def changed(self, target: Target) -> str:
+        parts = [f"shape={target.shapes[self.shape]}", f"dtype={short(self.dtype)}"]
+        if self.requires_grad:
+            parts.append("requires_grad")
+        if self.inference_inputs:
+            parts.append("inference_inputs")
+        if self.alias != "distinct":
+            parts.append(f"alias={self.alias}")
+        return ",".join(parts)
+
+
+def rand(spec: Spec, gen: torch.Generator, *shape: int, grad: bool | None = None) -> torch.Tensor:
+    t = torch.randn(shape, generator=gen, dtype=F32).to(spec.dtype)
+    if spec.inference_inputs:
+        with torch.inference_mode():
+            t = t.clone()
+    if spec.requires_grad if grad is None else grad:
+        t.requires_grad_()
+    return t
+
+
+def aliased_pair(
+    spec: Spec, gen: torch.Generator, shape: tuple
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two inputs of one shape: distinct tensors, or two names for one buffer (``spec.alias``)."""
+    if spec.alias == "overlap":
+        base = rand(spec, gen, shape[0] + 1, *shape[1:])
+        return base[:-1], base[1:]
+    if spec.alias == "transposed":
+        return one_input(spec, gen, shape), rand(spec, gen, *shape)
+    a = rand(spec, gen, *shape)
+    return a, {
+        "distinct": lambda: rand(spec, gen, *shape),
+        "same": lambda: a,
+        "slice": lambda: a[:],
+        "view": lambda: a.view(-1).view(shape),
+    }[spec.alias]()
+
+
+def one_input(spec: Spec, gen: torch.Generator, shape: tuple) -> torch.Tensor:
+    if spec.alias == "transposed":  # same values' shape, other strides
+        return rand(spec, gen, *reversed(shape)).t()
+    return rand(spec, gen, *shape)
+
+
+# ---------------------------------------------------------------------------
+# Knobs: program state a target reads, changed between calls.
+
+
+class Fresh:
+    """A knob value built anew for each side, so the twin and the compiled side get equal, distinct objects."""
+
+    def __init__(self, label: str, make: Callable[[], Any]):
+        self.label, self.make = label, make
+
+    def __call__(self) -> Any:
+        with torch.random.fork_rng(devices=[]), default_dtype(F32):
+            torch.manual_seed(0)
+            return self.make()
+
+    def __repr__(self) -> str:
+        return self.label
+
+
+@dataclasses.dataclass
+class Knob:
+    """``apply(side, value)`` sets the value on one side (the function, or a module and its twin)."""
+
+    name: str
+    values: tuple  # values[0] is the initial one
+    apply: Callable[[Any, Any], None]
+
+
+def global_knob(name: str, *values: Any) -> Knob:
+    return Knob(name, values, lambda _fn, v: setattr(THIS, name, v))
+
+
+def cell_knob(name: str, *values: Any) -> Knob:
+    def apply(fn: Callable, value: Any) -> None:
+        fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents = value
+
+    return Knob(f"cell {name}", values, apply)
+
+
+def attr_knob(path: str, *values: Any) -> Knob:
+    """``side.<path> = value``, set on the compiled object as a user does (``cm.scale = 2``)."""
+    owner_path, _, name = path.rpartition(".")
+
+    def apply(side: Any, value: Any) -> None:
+        owner = side
+        for part in filter(None, owner_path.split(".")):
+            owner = getattr(owner, part)
+        if isinstance(value, (torch.Tensor, nn.Module)):
+            value = value.to(module_dtype(side))
+        setattr(owner, name, value)
+
+    return Knob(f".{path}", values, apply)
+
+
+def module_dtype(m: nn.Module) -> torch.dtype:
+    return next(m.parameters()).dtype
+
+
+def training_knob() -> Knob:
+    """The ways a user switches modes: ``train()``, ``eval()``, or the attribute itself."""
+
+    def apply(m: nn.Module, how: str) -> None:
+        if how == "train()":
+            m.train()
+        elif how == "eval()":
+            m.eval()
+        else:
+            m.training = how == "training=True"
+
+    return Knob("training", ("train()", "eval()", "training=False", "training=True"), apply)
+
+
+def dtype_knob() -> Knob:
+    return Knob("to(dtype)", (F32, F64), lambda m, dtype: m.to(dtype))
+
+
+def scale_input(module, args):
+    return (args[0] * 2,)
+
+
+def add_one(module, args, output):
+    return output + 1
+
+
+def triple_grads(module, grad_input, grad_output):
+    return tuple(None if g is None else g * 3 for g in grad_input)
+
+
+HOOKS = {
+    "pre": ("register_forward_pre_hook", scale_input),
+    "post": ("register_forward_hook", add_one),
+    "backward": ("register_full_backward_hook", triple_grads),
+}
+HANDLES: dict[int, list] = {}
+
+
+def hooks_knob(*values: str) -> Knob:
+    """Hooks as ``"pre+post@orig"``: registered on the original module or on the compiled object."""
+
+    def apply(side: nn.Module, value: str) -> None:
+        orig = getattr(side, "_orig_mod", side)
+        for handle in HANDLES.pop(id(orig), []):
+            handle.remove()
+        kinds, _, where = value.partition("@")
+        owner = side if where == "compiled" else orig
+        for kind in filter(None, kinds.split("+")):
+            register, hook = HOOKS[kind]
+            HANDLES.setdefault(id(orig), []).append(getattr(owner, register)(hook))
+
+    return Knob("hooks", values, apply)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
+
+
+# ---------------------------------------------------------------------------
+# Targets.
+
+
+@dataclasses.dataclass
+class Target:
+    name: str
+    category: str  # the issue's class of bug this target is built to expose
+    build: Callable[[], Any]  # a fresh function, nn.Module or nn.ModuleList (compile_each)
+    args: Callable[[Spec, torch.Generator, tuple], tuple]
+    knobs: tuple[Knob, ...] = ()
+    shapes: tuple = ((2, 3), (4, 3))
+    dtypes: tuple = (F32, F64)
+    grad: bool = True  # inputs may require grad
+    alias: tuple[str, ...] = ()  # aliasing modes besides "distinct"
+    inference_inputs: bool = False  # inputs may be inference tensors
+    threads: bool = True  # thread-safe in eager: may be called from several threads at once
+    inductor: bool = False  # part of the (slower) inductor subset
+    touched: tuple[str, ...] = ()  # globals of this module the target writes
+    uses_random: bool = False  # consumes Python's ``random`` state
+    compile_each: bool = False  # build() gives a ModuleList; each instance compiled on its own
+    call: Callable[[Any, tuple], Any] = lambda obj, args: obj(*args)
+
+
+TARGETS: list[Target] = []
+
+
+def target(**kwargs: Any) -> Callable:
+    """Register the decorated function (or module class) as a target named after it."""
+
+    def register(obj: Any) -> Any:
+        build = kwargs.pop("build", None) or (obj if isinstance(obj, type) else lambda: obj)
+        TARGETS.append(Target(name=obj.__name__, build=build, **kwargs))
+        return obj
+
+    return register
+
+
+def x_only(spec, gen, shape):
+    return (one_input(spec, gen, shape),)
+
+
+def x_and_w(spec, gen, shape):
+    return rand(spec, gen, *shape), rand(spec, gen, shape[-1], 4)
+
+
+# -- plain functions -----------------------------------------------------------------
+
+
+@target(
+    category="plain",
+    args=aliased_pair,
+    dtypes=(F32, F64, BF16),
+    alias=("same", "transposed"),
+    inductor=True,
+)
+def plain_pointwise(x, y):
+    return (x.sin() + y * 2).relu(), x.cos()
+
+
+@target(category="plain", args=x_and_w, inductor=True)
+def plain_matmul_reduce(x, w):
+    h = x @ w
+    return h.softmax(-1).sum(0) + h.mean()
+
+
+@target(category="python semantics", args=x_only, inference_inputs=True, alias=("transposed",))
+def tensor_queries(x):
+    y = x * 2 if x.requires_grad else x * 3
+    if x.is_inference():
+        y = y + 1
+    if x.dtype == torch.float64:
+        y = y - 1
+    if x.is_contiguous():
+        y = y * 1.5
+    return y + x.shape[0]
+
+
+# -- closures and globals -----------------------------------------------------------
+
+
+def make_closure_reader():
+    scale = 2.0
+    offsets = [0.5]
+    bias = torch.ones(3)
+
+    def closure_reader(x):
+        return x * scale + offsets[0] + bias
+
+    return closure_reader
+
+
+def set_offset(fn, value):
+    fn.__closure__[fn.__code__.co_freevars.index("offsets")].cell_contents[0] = value
+
+
+def fill_bias(fn, value):
+    fn.__closure__[fn.__code__.co_freevars.index("bias")].cell_contents.fill_(value)
+
+
+TARGETS.append(
+    Target(
+        name="closure_reader",
+        category="closures",
+        build=make_closure_reader,
+        args=x_only,
+        inductor=True,
+        knobs=(
+            cell_knob("scale", 2.0, -1.0, 0.25),
+            Knob("offsets[0]", (0.5, 3.0), set_offset),
+            cell_knob(
+                "bias",
+                Fresh("ones(3)", lambda: torch.ones(3)),
+                Fresh("arange(3)", lambda: torch.arange(3.0)),
+            ),
+            Knob("bias.fill_", (1.0, -2.0), fill_bias),
+        ),
+    )
+)
+
+SCALE = 2.0
+BIAS = torch.zeros(3)
+FLAG = True
+LOOKUP = {"k": 1.0}
+FACTOR = 0.0  # read as THIS.FACTOR: an attribute of a module object
+
+
+class Settings:
+    def __init__(self):
+        self.scale = 1.0
+        self.mode = "plain"
+
+
+SETTINGS = Settings()
+
+
+def set_lookup(_fn, value):
+    LOOKUP["k"] = value
+
+
+@target(
+    category="globals",
+    args=x_only,
+    inductor=True,
+    knobs=(
+        global_knob("SCALE", 2.0, 0.5, -3.0),
+        global_knob(
+            "BIAS",
+            Fresh("zeros(3)", lambda: torch.zeros(3)),
+            Fresh("linspace", lambda: torch.linspace(-1, 1, 3)),
+        ),
+        Knob("BIAS.fill_", (0.0, 1.5), lambda _fn, v: BIAS.fill_(v)),
+        global_knob("FLAG", True, False),
+        Knob("LOOKUP['k']", (1.0, 4.0), set_lookup),
+        global_knob("FACTOR", 0.0, 5.0),
+        Knob("SETTINGS.scale", (1.0, -2.0), lambda _fn, v: setattr(SETTINGS, "scale", v)),
+        Knob("SETTINGS.mode", ("plain", "double"), lambda _fn, v: setattr(SETTINGS, "mode", v)),
+    ),
+)
+def global_reader(x):
+    y = x * SCALE + BIAS
+    if FLAG:
+        y = y.relu()
+    if SETTINGS.mode == "double":
+        y = y * 2
+    return y * LOOKUP["k"] * SETTINGS.scale + THIS.FACTOR
+
+
+class Scaler:
+    def __init__(self):
+        self.factor = 2.0
+        self.offsets = [0.0]
+
+    def apply(self, x):
+        return x * self.factor + self.offsets[-1]
+
+
+TARGETS.append(
+    Target(
+        name="bound_method",
+        category="object attributes",
+        build=lambda: Scaler().apply,
+        args=x_only,
+        knobs=(
+            Knob("obj.factor", (2.0, -1.0, 0.5), lambda m, v: setattr(m.__self__, "factor", v)),
+            Knob(
+                "obj.offsets",
+                (Fresh("[0.0]", lambda: [0.0]), Fresh("[0.0, 3.0]", lambda: [0.0, 3.0])),
+                lambda m, v: setattr(m.__self__, "offsets", v),
+            ),
+        ),
+    )
+)
+
+
+STEPS = torch.zeros(())
+LAST = None
+TRACE: list[int] = []
+
+
+def fresh_global_writer():
+    global LAST
+    STEPS.zero_()
+    TRACE.clear()
+    LAST = None
+    return global_writer
+
+
+@target(
+    category="globals",
+    build=fresh_global_writer,
+    args=x_only,
+    threads=False,
+    touched=("STEPS", "LAST", "TRACE"),
+)
+def global_writer(x):
+    global LAST
+    STEPS.add_(1)
+    LAST = x * STEPS
+    TRACE.append(x.shape[0])
+    del TRACE[:-2]
+    return LAST + 1
+
+
+# -- defaults --------------------------------------------------------------------------
+
+
+def scaled_helper(x, k=0.5):
+    return x * k
+
+
+def set_helper_defaults(_fn, value):
+    scaled_helper.__defaults__ = value
+
+
+def x_and_kwargs(spec, gen, shape):
+    pick = torch.randint(0, 4, (), generator=gen).item()
+    return rand(spec, gen, *shape), ({}, {}, {"scale": 3.0}, {"shift": 0.5})[pick]
+
+
+@target(
+    category="defaults",
+    args=x_and_kwargs,
+    call=lambda fn, args: fn(args[0], **args[1]),
+    inductor=True,
+    knobs=(
+        Knob(
+            "__defaults__", ((2.0,), (-1.0,), (0.5,)), lambda fn, v: setattr(fn, "__defaults__", v)
+        ),
+        Knob(
+            "__kwdefaults__",
+            ({"shift": 1.0}, {"shift": -4.0}),
+            lambda fn, v: setattr(fn, "__kwdefaults__", v),
+        ),
+        Knob("scaled_helper.__defaults__", ((0.5,), (3.0,)), set_helper_defaults),
+    ),
+)
+def with_defaults(x, scale=2.0, *, shift=1.0):
+    return scaled_helper(x) * scale + shift
+
+
+DEFAULT_CFG = {"scale": 1.0}
+DEFAULT_W = torch.ones(3)
+
+
+def set_default_cfg(fn, value):
+    fn.__defaults__[0]["scale"] = value
+
+
+def fill_default_w(fn, value):
+    fn.__defaults__[1].fill_(value)
+
+
+def fresh_defaults(label, scale, w):
+    return Fresh(label, lambda: ({"scale": scale}, torch.full((3,), w)))
+
+
+@target(
+    category="defaults",
+    args=x_only,
+    knobs=(
+        Knob(
+            "__defaults__",
+            (fresh_defaults("(cfg 1, w 1)", 1.0, 1.0), fresh_defaults("(cfg -2, w 3)", -2.0, 3.0)),
+            lambda fn, v: setattr(fn, "__defaults__", v),
+        ),
+        Knob("cfg['scale']", (1.0, 2.5), set_default_cfg),
+        Knob("w.fill_", (1.0, -0.5), fill_default_w),
+    ),
+)
+def mutable_default(x, cfg=DEFAULT_CFG, w=DEFAULT_W):
+    return (x * w) * cfg["scale"]
+
+
+# -- global torch state -----------------------------------------------------------------
+
+
+@target(category="global torch state", args=x_only, inductor=True)
+def grad_branch(x):
+    y = x * 2 if torch.is_grad_enabled() else x * 3
+    with torch.no_grad():
+        z = x * 4
+    return y + z
+
+
+@target(category="global torch state", args=x_and_w, inductor=True)
+def autocast_branch(x, w):
+    y = x @ w
+    if torch.is_autocast_enabled("cpu"):
+        y = y * 2
+    return y + 1
+
+
+@target(category="global torch state", args=x_only)
+def sets_grad_mode(x):
+    with torch.enable_grad():
+        y = x * 2
+    with torch.no_grad():
+        z = y + 1
+    before = torch.is_grad_enabled()
+    torch.set_grad_enabled(not before)
+    w = x * 3
+    torch.set_grad_enabled(before)
+    return y, z, w
+
+
+@target(category="global torch state", args=x_and_w)
+def inner_autocast(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+        with torch.autocast("cpu", enabled=False):
+            z = x.float() @ w.float()
+    return y, z, torch.get_autocast_dtype("cpu")
+
+
+@target(category="global torch state", args=x_only, inference_inputs=True)
+def inference_branch(x):
+    y = x + 1 if torch.is_inference_mode_enabled() else x * 2
+    return y, x.is_inference()
+
+
+@target(category="global torch state", args=x_only)
+def default_dtype_branch(x):
+    ones = torch.ones(x.shape[-1])
+    if torch.get_default_dtype() == torch.float64:
+        ones = ones * 2
+    return x * torch.tensor(1.5) + ones, ones.dtype
+
+
+@target(category="global torch state", args=x_only)
+def deterministic_branch(x):
+    if torch.are_deterministic_algorithms_enabled():
+        return x.cumsum(0)
+    return x.flip(0)
+
+
+# -- aliasing and in-place mutation of inputs ---------------------------------------------
+
+ALIASES = ("same", "slice", "view", "overlap")
+
+
+@target(category="aliasing", args=aliased_pair, alias=ALIASES, inductor=True)
+def inplace_scale(a, b):
+    """With grad: eager raises (a leaf that requires grad mutated in place) unless grad mode is off."""
+    a.mul_(2)
+    return a + b
+
+
+@target(category="aliasing", args=aliased_pair, grad=False, alias=ALIASES)
+def inplace_both(a, b):
+    a.add_(1)
+    b.mul_(3)
+    return a - b
+
+
+@target(category="aliasing", args=x_only, grad=False, alias=("transposed",))
+def inplace_view(x):
+    x[0].zero_()
+    x.reshape(-1)[1:3].add_(1)
+    return x.sum(-1)
+
+
+@target(category="aliasing", args=aliased_pair, grad=False, alias=("same", "slice"))
+def copy_into(out, x):
+    out.copy_(x.sin())
+    return out
+
+
+@target(category="aliasing", args=x_only, inductor=True)
+def returns_views(x):
+    y = x * 2
+    return y, y.view(-1), y[0], x[1:], x * 2
+
+
+@target(category="aliasing", args=x_only)
+def sets_requires_grad(x):
+    x.requires_grad_(True)
+    return x * 2
+
+
+@target(category="aliasing", args=x_only, grad=False)
+def inplace_metadata(x):
+    x.unsqueeze_(0)
+    return x.sum(-1)
+
+
+@target(category="aliasing", args=aliased_pair, grad=False)
+def set_storage(x, y):
+    x.set_(y)
+    return x + 1
+
+
+# -- Python semantics ---------------------------------------------------------------------
+
+MEMO: dict[tuple, torch.Tensor] = {}
+
+
+def fresh_memoized():
+    MEMO.clear()
+    return memoized
+
+
+@target(category="globals", build=fresh_memoized, args=x_only, threads=False, touched=("MEMO",))
+def memoized(x):
+    key = tuple(x.shape)
+    if key not in MEMO:
+        MEMO[key] = torch.ones(x.shape[-1]) * (len(MEMO) + 1)
+    return x * MEMO[key]
+
+
+def x_and_maybe_wrong_w(spec, gen, shape):
+    rows = 5 if torch.randint(0, 3, (), generator=gen).item() == 0 else shape[-1]
+    return rand(spec, gen, *shape), rand(spec, gen, rows, 4)
+
+
+@target(category="python semantics", args=x_and_maybe_wrong_w)
+def try_except(x, w):
+    try:
+        y = x @ w
+    except RuntimeError:
+        y = x.sum(-1, keepdim=True)
+    if x.shape[0] > 3:
+        raise ValueError("batch too large")  # both sides must raise it
+    return y
+
+
+def several(spec, gen, shape):
+    return tuple(rand(spec, gen, *shape) for _ in range(shape[0]))
+
+
+@target(category="python semantics", args=several, shapes=((2, 3), (3, 3)))
+def varargs(*xs):
+    return sum(xs), len(xs)
+
+
+@target(category="python semantics", args=aliased_pair)
+def tuple_eq(x, y):
+    same = (x, y) == (x, y)  # True in Python: identity comes before __eq__
+    return (x + y if same else x - y), [x] == [x], x in [x]
+
+
+def tensor_list(spec, gen, shape):
+    return ([rand(spec, gen, 3) for _ in range(shape[0])],)
+
+
+@target(category="python semantics", args=tensor_list, shapes=((2,), (3,)))
+def list_ops(xs):
+    out = [t * 2 for t in xs]
+    xs.append(out[0])
+    xs.extend(xs[-1] * 2 for _ in range(2))  # each item reads the one appended before it
+    return out, len(xs)
+
+
+def tensor_dict(spec, gen, shape):
+    keys = ("a", "b") if torch.randint(0, 2, (), generator=gen).item() else ("b", "a")
+    return rand(spec, gen, *shape), {k: rand(spec, gen, *shape) for k in keys}
+
+
+@target(category="python semantics", args=tensor_dict)
+def dict_views(x, d):
+    keys, values, items = d.keys(), d.values(), d.items()
+    d["c"] = x + 1
+    total = sum(v.sum() for v in values)
+    return keys, values, items, total, len(keys)
+
+
+class Plain:
+    pass
+
+
+class CallMe:
+    def __call__(self):
+        return 1
+
+
+def text_and_object(spec, gen, shape):
+    pick = torch.randint(0, 4, (), generator=gen).item()
+    return rand(spec, gen, *shape), ("10 bar", "bar 1")[pick % 2], (Plain(), CallMe())[pick // 2]
+
+
+@target(category="python semantics", args=text_and_object)
+def strings_callable(x, s, obj):
+    y = x * 2 if "10" in s else x * 3
+    if callable(obj):
+        y = y + 1
+    return y, s.split()
+
+
+@target(category="python semantics", args=x_only)
+def numpy_sizes(x):
+    n = int(np.prod(np.array(x.shape)))
+    return x.reshape(n) * 2, n
+
+
+def scalar_args(spec, gen, shape):
+    pick = torch.randint(0, 5, (), generator=gen).item()
+    return rand(spec, gen, *shape), (2, 2.0, True, torch.tensor(2.0), torch.tensor(2))[pick]
+
+
+@target(category="python semantics", args=scalar_args)
+def scalar_kinds(x, s):
+    return x * s + s, type(s).__name__
+
+
+class Point(NamedTuple):
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+class Pair(tuple):
+    pass
+
+
+@target(category="python semantics", args=aliased_pair)
+def lazy_iters(x, y):
+    return (
+        map(torch.sin, (x, y)),
+        zip((x, y), (1, 2)),
+        filter(None, (x.shape[0], 0)),
+        Point(x + y, y),
+        Pair((x, y)),
+    )
+
+
+def point(spec, gen, shape):
+    return (Point(*aliased_pair(spec, gen, shape)),)
+
+
+@target(category="python semantics", args=point)
+def namedtuple_io(pt):
+    return Point(pt.x + pt.y, pt.y * 2), type(pt).__name__
+
+
+@target(category="python semantics", args=x_only, threads=False, uses_random=True)
+def random_module(x):
+    r = random.random()
+    order = [0, 1, 2]
+    random.shuffle(order)
+    return x * r + random.choice(order), order
+
+
+def signed_zero_args(spec, gen, shape):
+    pick = torch.randint(0, 3, (), generator=gen).item()
+    return rand(spec, gen, *shape), (0.0, -0.0, 2.0)[pick]
+
+
+@target(category="python semantics", args=signed_zero_args, inductor=True)
+def signed_zero(x, c):
+    return 1 / torch.full_like(x, c), x * math.copysign(1.0, c)
+
+
+def with_parameter(spec, gen, shape):
+    p = rand(spec, gen, shape[-1], grad=False)
+    return rand(spec, gen, *shape), nn.Parameter(p) if torch.randint(0, 3, (), generator=gen) else p
+
+
+@target(category="python semantics", args=with_parameter)
+def parameter_arg(x, p):
+    return x * p + p.sum()
+
+
+# -- modules -------------------------------------------------------------------------------
+
+
+@target(
+    category="module attributes",
+    args=x_only,
+    inductor=True,
+    knobs=(
+        training_knob(),
+        dtype_knob(),
+        attr_knob("scale", 1.0, 2.5, -0.5),
+        attr_knob("use_offset", True, False),
+        attr_knob(
+            "act", Fresh("ReLU()", nn.ReLU), Fresh("Tanh()", nn.Tanh), Fresh("GELU()", nn.GELU)
+        ),
+        attr_knob(
+            "fc2",
+            Fresh("Linear(8, 3)", lambda: nn.Linear(8, 3)),
+            Fresh("Linear(8, 3, bias=False)", lambda: nn.Linear(8, 3, bias=False)),
+        ),
+        attr_knob(
+            "offset",
+            Fresh("zeros(3)", lambda: torch.zeros(3)),
+            Fresh("full(3, 0.5)", lambda: torch.full((3,), 0.5)),
+        ),
+        Knob("offset.fill_", (0.0, -1.0), lambda m, v: m.offset.fill_(v)),
+        Knob("requires_grad_", (True, False), lambda m, v: m.requires_grad_(v)),
+        hooks_knob("", "pre@orig", "post@orig", "pre+post@compiled"),
+    ),
+)
+class ScaledMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 3)
+        self.scale = 1.0
+        self.use_offset = True
+        self.register_buffer("offset", torch.zeros(3))
+
+    def forward(self, x):
+        y = self.fc2(self.act(self.fc1(x))) * self.scale
+        if self.use_offset:
+            y = y + self.offset
+        if self.training:
+            y = y * 1.5
+        return y
+
+
+@target(
+    category="module attributes",
+    args=x_only,
+    shapes=((8, 3), (12, 3)),
+    threads=False,
+    inductor=True,
+    knobs=(training_knob(), dtype_knob(), attr_knob("bn.momentum", 0.1, 0.5, None)),
+)
+class NormNet(nn.Module):
+    """BatchNorm in training mode updates its running statistics (buffers) on every call.
+
+    No bias before the batch norm (its gradient is zero up to rounding) and batches of 8+:
+    otherwise float32 gradients are rounding noise that no fixed tolerance compares.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn, self.ln = nn.Linear(3, 6, bias=False), nn.BatchNorm1d(6), nn.LayerNorm(6)
+
+    def forward(self, x):
+        return self.ln(self.bn(self.fc(x)))
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    knobs=(
+        hooks_knob("pre+post@orig", "", "post@orig", "backward@orig", "pre@compiled"),
+        training_knob(),
+    ),
+)
+class HookedNet(nn.Module):
+    """Hooks registered before compiling (the initial knob value), changed after."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x).tanh()
+
+
+@target(category="module state", args=x_only, threads=False, knobs=(dtype_knob(),))
+class StatefulNet(nn.Module):
+    """Writes module state in forward: a buffer, a tensor attribute (keeps requires_grad), an int."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 3))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x):
+        self.steps += 1
+        self.cache = self.weight * 2
+        self.last_batch = x.shape[0]
+        return x @ self.cache + self.steps
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.fc(x).relu() * self.scale + x
+
+
+def block_and_x(spec, gen, shape):
+    return torch.randint(0, 10, (), generator=gen).item(), rand(spec, gen, *shape)
+
+
+TARGETS.append(
+    Target(
+        name="Blocks",
+        category="module instances",
+        build=lambda: nn.ModuleList(Block() for _ in range(10)),
+        args=block_and_x,
+        compile_each=True,
+        knobs=(attr_knob("scale", 1.0, 0.5), training_knob(), dtype_knob()),
+        call=lambda blocks, args: blocks[args[0]](*args[1:]),
+    )
+)
+
+
+def set_depth(m: nn.Module, depth: int) -> None:
+    while len(m.layers) > depth:
+        del m.layers[-1]
+    while len(m.layers) < depth:
+        m.layers.append(Fresh("Linear", lambda: nn.Linear(3, 3))().to(module_dtype(m)))
+
+
+@target(
+    category="module attributes",
+    args=x_only,
+    knobs=(
+        attr_knob("route", "a", "b"),
+        Knob("len(layers)", (2, 3, 1), set_depth),
+        dtype_knob(),
+    ),
+)
+class RoutedNet(nn.Module):
+    """Reads a string attribute to pick a submodule, and iterates a ModuleList that grows and shrinks."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"a": nn.Linear(3, 3), "b": nn.Linear(3, 3)})
+        self.layers = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
+        self.route = "a"
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x).sigmoid()
+        return self.heads[self.route](x)
+
+
+# ---------------------------------------------------------------------------
+# A compiled target with its eager twin, and the mutations between its calls.
+
+
+@dataclasses.dataclass
+class Program:
+    target: Target
+    compiled: Any  # what the fuzz calls compiled (a list of them with compile_each)
+    eager: Any  # the eager twin: the same function, or a deep copy of the module
+    orig: nn.Module | None  # the module compile() was given
+    sides: list  # what a knob value is set on: the function; or each compiled module and its twin
+    spec: Spec
+    knobs: dict[str, Any]  # each knob's current value
+    calls: int = 0
+    history: list[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def build(cls, target: Target, backend: str, seed: int) -> Program:
+        with torch.random.fork_rng(devices=[]), default_dtype(F32):
+            torch.manual_seed(seed)
+            obj = target.build()
+        spec = Spec(dtype=target.dtypes[0])
+        knobs = {k.name: k.values[0] for k in target.knobs}
+        if not isinstance(obj, nn.Module):
+            for k in target.knobs:
+                k.apply(obj, resolve(k.values[0]))
+            compiled = torchkiln.compile(obj, backend=backend)
+            return cls(target, compiled, obj, None, [obj], spec, knobs)
+        twin = copy.deepcopy(obj)
+        originals, twins = (list(obj), list(twin)) if target.compile_each else ([obj], [twin])
+        for k in target.knobs:  # before compiling: hooks registered on the module, say
+            for side in originals + twins:
+                k.apply(side, resolve(k.values[0]))
+        compiled = [torchkiln.compile(m, backend=backend) for m in originals]
+        sides = [side for pair in zip(compiled, twins) for side in pair]
+        return cls(
+            target, compiled if target.compile_each else compiled[0], twin, obj, sides, spec, knobs
+        )
+
+    def changed_knobs(self) -> str:
+        """The knobs away from their initial value, as ``name=value``."""
+        initial = {k.name: k.values[0] for k in self.target.knobs}
+        changed = [f"{n}={v!r}" for n, v in self.knobs.items() if v is not initial[n]]
+        return ",".join(changed) or "-"
+
+    def set_knob(self, knob: Knob, value: Any) -> None:
+        self.knobs[knob.name] = value
+        for side in self.sides:
+            knob.apply(side, resolve(value))
+        if knob.name == "to(dtype)":
+            self.spec.dtype = value
+
+
+def resolve(value: Any) -> Any:
+    return value() if isinstance(value, Fresh) else value
+
+
+MUTATION_WEIGHTS = {
+    "shape": 1.0,
+    "dtype": 1.0,
+    "requires_grad": 1.0,
+    "inference_inputs": 1.0,
+    "alias": 2.0,
+    "global_state": 2.0,
+    "knob": 3.0,
+    "threads": 0.5,
+    "config": 0.15,
+}
+FOCUS = 3.0  # weight multiplier of the classes a target is built to expose
+P_MUTATE = 0.45  # a call is preceded by mutations with this probability
+P_DRIFT_BACK = 0.3  # each changed dimension goes back to its initial value with this probability
+
+
+def weights(target: Target) -> dict[str, float]:
+    """The mutation classes that apply to ``target``, weighted."""
+    usable = {
+        "shape": len(target.shapes) > 1,
+        "dtype": len(target.dtypes) > 1 and not any(k.name == "to(dtype)" for k in target.knobs),
+        "requires_grad": target.grad,
+        "inference_inputs": target.inference_inputs,
+        "alias": bool(target.alias),
+        "global_state": True,
+        "knob": bool(target.knobs),
+        "threads": target.threads,
+        "config": True,
+    }
+    focus = {"knob", "alias"}
+    if target.category == "global torch state":  # grad mode matters with inputs that require grad
+        focus |= {"global_state", "requires_grad"}
+    return {
+        name: w * (FOCUS if name in focus else 1.0)
+        for name, w in MUTATION_WEIGHTS.items()
+        if usable[name]
+    }
+
+
+def other(rng: random.Random, values: Sequence, current: Any) -> Any:
+    """A value of ``values`` other than ``current``: every mutation changes something."""
+    return rng.choice([v for v in values if v is not current and v != current])
+
+
+def mutate(rng: random.Random, prog: Program, env: Env) -> tuple[list[str], int]:
+    """Change things before ``prog``'s next call. Returns what changed and how many threads call (0: none)."""
+    target, spec, done = prog.target, prog.spec, []
+    env.cache_size_limit = None
+    threads = 0
+    # drift back: each changed dimension returns to its initial value now and then
+    for field, values in ENV_VALUES.items():
+        if getattr(env, field) != values[0] and rng.random() < P_DRIFT_BACK:
+            setattr(env, field, values[0])
+            done.append(f"{field}={short(values[0])}")
+    for knob in target.knobs:
+        if prog.knobs[knob.name] is not knob.values[0] and rng.random() < P_DRIFT_BACK:
+            prog.set_knob(knob, knob.values[0])
+            done.append(f"{knob.name}={knob.values[0]!r}")
+    if spec.alias != "distinct" and rng.random() < P_DRIFT_BACK:
+        spec.alias = "distinct"
+        done.append("alias=distinct")
+    if prog.calls == 0:  # a first call from several threads at once, or with a config change
+        if rng.random() < 0.05:
+            env.cache_size_limit = 0
+            done.append("config.cache_size_limit=0 (this call)")
+        return done, rng.choice((2, 4, 8)) if target.threads and rng.random() < 0.2 else 0
+    if rng.random() >= P_MUTATE:
+        return done, 0
+    classes = weights(target)
+    for kind in rng.choices(list(classes), list(classes.values()), k=rng.choice((1, 1, 2))):
+        if kind == "shape":
+            spec.shape = other(rng, range(len(target.shapes)), spec.shape)
+            done.append(f"shape={target.shapes[spec.shape]}")
+        elif kind == "dtype":
+            spec.dtype = other(rng, target.dtypes, spec.dtype)
+            done.append(f"dtype={short(spec.dtype)}")
+        elif kind == "requires_grad":
+            spec.requires_grad = not spec.requires_grad
+            spec.inference_inputs = spec.inference_inputs and not spec.requires_grad
+            done.append(f"requires_grad={spec.requires_grad}")
+        elif kind == "inference_inputs":
+            spec.inference_inputs = not spec.inference_inputs
+            spec.requires_grad = spec.requires_grad and not spec.inference_inputs
+            done.append(f"inference_inputs={spec.inference_inputs}")
+        elif kind == "alias":
+            spec.alias = other(rng, ("distinct", *target.alias), spec.alias)
+            done.append(f"alias={spec.alias}")
+        elif kind == "global_state":
+            field = rng.choice(list(ENV_VALUES))
+            setattr(env, field, other(rng, ENV_VALUES[field], getattr(env, field)))
+            done.append(f"{field}={short(getattr(env, field))}")
+        elif kind == "knob":
+            knob = rng.choice(target.knobs)
+            value = other(rng, knob.values, prog.knobs[knob.name])
+            prog.set_knob(knob, value)
+            done.append(f"{knob.name}={value!r}")
+        elif kind == "threads":
+            threads = rng.choice((2, 4, 8))
+        elif kind == "config":
+            env.cache_size_limit = 0
+            done.append("config.cache_size_limit=0 (this call)")
+    return done, threads
