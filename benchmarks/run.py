@@ -31,7 +31,7 @@ import torch
 
 from benchmarks import tables
 from benchmarks.cases import CASES
-from benchmarks.models import MODELS, SIZES
+from benchmarks.models import MODELS, SIZES, group
 from benchmarks.results import OK, Row, write_json
 from benchmarks.rows import MEMORY_BOUND_MODEL, cache_dir_for
 from benchmarks.supervise import supervise
@@ -47,7 +47,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--backends", default="all", help="comma list; 'all' = eager, torch.compile "
                    "(+ reduce-overhead on cuda) and every usable torchkiln backend")  # fmt: skip
-    p.add_argument("--models", default="all", help=f"comma list of: {', '.join(MODELS)}")
+    p.add_argument(
+        "--models",
+        default="all",
+        help=f"all (the zoo), suite (the model suite's), or a comma list of: {', '.join(MODELS)}",
+    )
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--size", choices=SIZES, help="default: small on cpu, large on cuda")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
@@ -72,7 +76,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def select_models(spec: str) -> tuple[list[str], dict[str, str]]:
-    names = list(MODELS) if spec == "all" else [n.strip() for n in spec.split(",") if n.strip()]
+    """Model names from ``--models``: ``all`` (the zoo), ``suite`` (the model suite's), or a list."""
+    if spec in ("all", "suite"):
+        names = group("zoo" if spec == "all" else spec)
+    else:
+        names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; models: {', '.join(MODELS)}")

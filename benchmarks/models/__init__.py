@@ -6,7 +6,12 @@ builds are identical. Nothing is downloaded. Models that need an optional
 package (``transformers``, ``torchvision``, ``timm``) name it in
 ``ModelSpec.requires`` and are left out where it is not installed.
 
-Sizes: ``tiny`` (smoke tests), ``small`` (the CPU), ``large`` (fills a GPU).
+Sizes: ``tiny`` (smoke tests and the model suite in CI), ``small`` (the CPU),
+``large`` (fills a GPU).
+
+Groups: ``zoo`` (what ``benchmarks.run --models all`` runs) and ``suite`` (the
+public architectures of ``tests/models/`` and ``benchmarks.models_report``;
+``--models suite``). A model may be in both.
 """
 
 from __future__ import annotations
@@ -18,15 +23,22 @@ from dataclasses import dataclass
 import torch
 
 SIZES = ("tiny", "small", "large")
+GROUPS = ("zoo", "suite")
 SEED = 0
 
 
 @dataclass(frozen=True)
 class Built:
-    """A model and the inputs one step feeds it."""
+    """A model and the inputs one step feeds it.
+
+    ``resized_inputs``: the same inputs at another batch and/or sequence size,
+    for a second call that must recompile or reuse a dynamic graph (empty for
+    models that don't have them).
+    """
 
     module: torch.nn.Module
     inputs: tuple[torch.Tensor, ...]
+    resized_inputs: tuple[torch.Tensor, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,7 @@ class ModelSpec:
     description: str
     build_fn: Callable[[str], Built]
     requires: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ("zoo",)
 
     def unavailable_reason(self) -> str | None:
         """Why this model can't be built here, or None when it can."""
@@ -51,19 +64,19 @@ class ModelSpec:
         return self.build_fn(size)
 
 
-def random_inputs(*shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+def random_inputs(*shapes: tuple[int, ...], seed: int = SEED + 1) -> tuple[torch.Tensor, ...]:
     """Float inputs from a generator seeded apart from the weights."""
-    gen = torch.Generator().manual_seed(SEED + 1)
+    gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(shape, generator=gen) for shape in shapes)
 
 
-def random_tokens(vocab: int, shape: tuple[int, ...]) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(SEED + 1)
+def random_tokens(vocab: int, shape: tuple[int, ...], seed: int = SEED + 1) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, shape, generator=gen)
 
 
 def _zoo() -> dict[str, ModelSpec]:
-    from benchmarks.models import chain, convnet, hf, mlp, nanogpt, vision
+    from benchmarks.models import chain, convnet, hf, mlp, nanogpt, timm_models, vision
 
     specs = [
         ModelSpec("mlp", "4-layer MLP, 1024 wide, GELU + LayerNorm", mlp.build),
@@ -72,8 +85,16 @@ def _zoo() -> dict[str, ModelSpec]:
         ModelSpec("convnet", "hand-written ResNet-style CNN", convnet.build),
         *hf.SPECS,
         *vision.SPECS,
+        *timm_models.SPECS,
     ]
     return {spec.name: spec for spec in specs}
 
 
 MODELS: dict[str, ModelSpec] = _zoo()
+
+
+def group(name: str) -> list[str]:
+    """The names of the models in a group, in zoo order."""
+    if name not in GROUPS:
+        raise ValueError(f"unknown model group {name!r}; groups: {', '.join(GROUPS)}")
+    return [model for model, spec in MODELS.items() if name in spec.groups]

@@ -1,6 +1,7 @@
-"""torchvision ResNet-18/50 and a timm ViT, random weights (``weights=None``, ``pretrained=False``).
+"""torchvision ResNet-18/50, random weights (``weights=None``).
 
-Built only when ``torchvision`` / ``timm`` are installed; nothing is downloaded.
+Built only when ``torchvision`` is installed; nothing is downloaded. The timm
+models are in ``timm_models``.
 """
 
 from __future__ import annotations
@@ -9,12 +10,6 @@ from benchmarks.models import Built, ModelSpec, random_inputs
 
 # size -> (batch, image side)
 RESNET_SIZES = {"tiny": (2, 32), "small": (4, 64), "large": (128, 224)}
-# size -> (timm model name, depth, batch, image side); depth cut to keep GPU compiles short
-VIT_SIZES = {
-    "tiny": ("vit_tiny_patch16_224", 2, 2, 32),
-    "small": ("vit_tiny_patch16_224", 4, 4, 64),
-    "large": ("vit_base_patch16_224", 6, 64, 224),
-}
 
 
 def _resnet(arch: str, size: str) -> Built:
@@ -33,16 +28,7 @@ def build_resnet50(size: str) -> Built:
     return _resnet("resnet50", size)
 
 
-def build_vit(size: str) -> Built:
-    import timm
-
-    name, depth, batch, side = VIT_SIZES[size]
-    model = timm.create_model(name, pretrained=False, img_size=side, depth=depth)
-    return Built(model, random_inputs((batch, 3, side, side)))
-
-
 SPECS = [
     ModelSpec("tv_resnet18", "torchvision ResNet-18", build_resnet18, ("torchvision",)),
     ModelSpec("tv_resnet50", "torchvision ResNet-50", build_resnet50, ("torchvision",)),
-    ModelSpec("timm_vit", "timm ViT (tiny on CPU, base width on GPU)", build_vit, ("timm",)),
 ]
