@@ -7,7 +7,16 @@ what another one traces; ``tests/core/capture/test_persist.py`` turns it back
 on over a temporary cache directory.
 """
 
+import os
+
 import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when it is imported, and test modules collected early import it
+# (transformers, torch._inductor): choose the interpreter before any of them, so that the Triton
+# generator's tests run their kernels on CPU tensors.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torchkiln
 
