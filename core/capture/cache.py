@@ -191,14 +191,9 @@ def _run_for_miss(
 ) -> Callable[..., Any]:
     """What runs a call that missed: an entry another thread added while this one waited for
     the lock, a new capture, or the uncompiled frame."""
-    for guard, run in cache.entries(cfg):
-        try:
-            ok = guard(fn, *args)
-        except Exception:
-            ok = False
-        if ok:
-            _cache_counter["hits"] += 1
-            return run
+    run = _passing_entry(fn, cfg, cache, args)
+    if run is not None:
+        return run
     counters["cache"]["misses"] += 1
     previous = cache.details[cfg]
     limit = config.cache_size_limit
@@ -251,6 +246,16 @@ def _failed_guard(entry: CacheEntry, fn: types.FunctionType, args: tuple) -> str
 
 def run_frame(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args: tuple) -> Any:
     """Dispatch one call whose frame locals are already bound (resume functions)."""
+    run = _passing_entry(fn, cfg, cache, args)
+    if run is None:
+        return on_miss(fn, cfg, cache, args)
+    return run(fn, *args)
+
+
+def _passing_entry(
+    fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args: tuple
+) -> Callable[..., Any] | None:
+    """The ``run`` of the first entry whose guard passes (counted as a hit), or None."""
     for guard, run in cache.entries(cfg):
         try:
             ok = guard(fn, *args)
@@ -258,8 +263,8 @@ def run_frame(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, arg
             ok = False
         if ok:
             _cache_counter["hits"] += 1
-            return run(fn, *args)
-    return on_miss(fn, cfg, cache, args)
+            return run
+    return None
 
 
 def dispatcher(
