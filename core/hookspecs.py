@@ -7,7 +7,7 @@ module in the ``torchkiln.backends`` entry-point group.
 
 from __future__ import annotations
 
-from torchkiln.plugin import Backend, hookspec
+from torchkiln.plugin import Backend, RuntimeWrapper, hookspec
 
 
 @hookspec
@@ -19,4 +19,17 @@ def torchkiln_backends() -> list[Backend]:
     :class:`torchkiln.plugin.Backend` records; an empty list is fine (for
     example when the plugin only works on another platform). Do not import
     heavy dependencies here: do it inside the backend's compile function.
+    """
+
+
+@hookspec
+def torchkiln_runtime_wrappers() -> list[RuntimeWrapper]:
+    """Return the runtime wrappers this plugin provides.
+
+    A runtime wrapper (CUDA graphs, say) goes around the graphs *any* backend
+    compiled, when ``compile(mode=...)`` names one of its ``modes`` or a
+    backend option with ``runtime_wrapper=`` set to its name is true: see
+    :class:`torchkiln.plugin.RuntimeWrapper`. Called once per plugin, with the
+    backends. Wrapper names are unique across plugins; a plugin never imports
+    another plugin, it names the wrapper it wants.
     """

@@ -30,15 +30,34 @@ from typing import Any
 
 import pluggy
 
-from torchkiln.disk_cache import cache_dir, source_fingerprint
+from torchkiln.cache_seal import Damaged
+from torchkiln.disk_cache import (
+    cache_dir,
+    discard,
+    private_cache_dir,
+    read_entry,
+    scratch_dir,
+    source_fingerprint,
+    write_entry,
+)
+from torchkiln.options import check_options
 
 PROJECT_NAME = "torchkiln"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-#: The modes ``compile(mode=...)`` accepts, as in ``torch.compile``.
-MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: The modes ``compile(mode=...)`` accepts, as in ``torch.compile``, and what each one does.
+MODE_DESCRIPTIONS = {
+    "default": "the backend's defaults",
+    "reduce-overhead": (
+        "CUDA graphs around the compiled graphs (fewer launches from Python, more memory); "
+        "graphs on the CPU run without them, and say so once"
+    ),
+    "max-autotune": "the backend's slowest-to-compile, fastest-to-run settings, and CUDA graphs",
+    "max-autotune-no-cudagraphs": "max-autotune without CUDA graphs",
+}
+MODES = tuple(MODE_DESCRIPTIONS)
 
 
 @dataclass(frozen=True)
@@ -60,7 +79,10 @@ class Option:
 
     ``implemented=False`` declares a known option whose behaviour is not
     built yet: passing it with a value other than its default is an error,
-    never a silent no-op.
+    never a silent no-op. ``torchkiln.compile`` checks every given value
+    against ``type`` (a bool is no int), ``choices`` and ``minimum``
+    (``torchkiln.options.check_options``), so a compile function gets only
+    values it can use.
     """
 
     name: str
@@ -68,6 +90,14 @@ class Option:
     help: str
     type: type | tuple[type, ...] | None = None
     implemented: bool = True
+    #: The values it accepts, where they are few (``None``: any of its type).
+    choices: tuple[Any, ...] | None = None
+    #: The least number it accepts (``None`` as a value is not compared).
+    minimum: int | float | None = None
+    #: A :class:`RuntimeWrapper`'s name: when the option's value (given, or its default) is
+    #: true, the core applies that wrapper around the compiled graphs, and the compile
+    #: function never sees the option.
+    runtime_wrapper: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,13 +128,48 @@ class Backend:
         return {opt.name: opt for opt in self.options or ()}
 
 
+@dataclass(frozen=True)
+class RuntimeWrapper:
+    """A wrapper the core puts around *any* backend's compiled graphs, as a plugin declares it.
+
+    ``make()`` is called once per compiled model (per ``torchkiln.compile`` configuration)
+    and returns ``wrap(fn, kind) -> callable``, which holds what the model's graphs share
+    (a CUDA graph memory pool, say). ``wrap`` gets each compiled callable and returns one
+    that behaves the same, called the same way. ``kind`` says what ``fn`` is:
+
+    * ``"forward"``, ``"backward"``, ``"inference"``: a graph of ``torchkiln.aot`` (flat
+      tensors in, a tuple or list of tensors out; forward and backward run with grad off);
+    * ``"graph"``: the whole callable a backend that does not use ``torchkiln.aot``
+      returned. The core calls it through the wrapper only when no gradient is needed
+      (grad mode off, or no input requires grad), and says once why otherwise.
+
+    ``modes`` are the ``compile(mode=...)`` values that stand for this wrapper alone on
+    a backend that declares no options of its own for them; a backend that declares the
+    mode asks for the wrapper through an option with ``runtime_wrapper=`` set.
+    """
+
+    name: str
+    make: Callable[[], Callable[[Callable, str], Callable]]
+    description: str = ""
+    modes: tuple[str, ...] = ()
+
+
 __all__ = [
     "MODES",
+    "MODE_DESCRIPTIONS",
     "Backend",
+    "Damaged",
     "Option",
     "Requirement",
+    "RuntimeWrapper",
     "cache_dir",
+    "check_options",
+    "discard",
     "hookimpl",
     "hookspec",
+    "private_cache_dir",
+    "read_entry",
+    "scratch_dir",
     "source_fingerprint",
+    "write_entry",
 ]

@@ -10,6 +10,9 @@ Where backends come from, in the order they are registered:
    ``experimental``, loaded only when first compiled with;
 4. ``register_backend(...)`` calls in the running process.
 
+Plugins also declare runtime wrappers (``torchkiln_runtime_wrappers``), looked
+up by name (``lookup_runtime_wrapper``) or by the mode they stand for.
+
 Discovery is lazy (on the first lookup or listing) and fault-tolerant: a
 plugin that fails to import or whose hook raises is recorded in
 ``plugin_failures()`` and the others still load.
@@ -32,7 +35,7 @@ import pluggy
 
 from torchkiln import hookspecs
 from torchkiln.exc import BackendUnavailable, KilnError, UnknownBackendError
-from torchkiln.plugin import PROJECT_NAME, Backend, Option, Requirement
+from torchkiln.plugin import PROJECT_NAME, Backend, Option, Requirement, RuntimeWrapper
 
 log = logging.getLogger("torchkiln.backends")
 
@@ -63,6 +66,7 @@ class BackendRegistry:
         self._lock = threading.RLock()
         self._discovered = False
         self._backends: dict[str, Backend] = {}
+        self._wrappers: dict[str, RuntimeWrapper] = {}
         self._failures: dict[str, str] = {}
         self.plugin_manager = pluggy.PluginManager(PROJECT_NAME)
         self.plugin_manager.add_hookspecs(hookspecs)
@@ -96,6 +100,14 @@ class BackendRegistry:
                 declared = impl.function()
                 for backend in declared:
                     self._add(backend, source=plugin_name)
+            except Exception as e:
+                self._record_failure(plugin_name, e)
+        for impl in self.plugin_manager.hook.torchkiln_runtime_wrappers.get_hookimpls():
+            if impl.plugin_name != plugin_name:
+                continue
+            try:
+                for wrapper in impl.function():
+                    self._add_wrapper(wrapper, source=plugin_name)
             except Exception as e:
                 self._record_failure(plugin_name, e)
 
@@ -134,6 +146,19 @@ class BackendRegistry:
             )
         self._backends[backend.name] = backend
 
+    def _add_wrapper(self, wrapper: RuntimeWrapper, source: str, override: bool = False) -> None:
+        if not isinstance(wrapper, RuntimeWrapper):
+            raise TypeError(
+                f"plugin {source} returned {type(wrapper).__name__}, "
+                "expected torchkiln.plugin.RuntimeWrapper"
+            )
+        if wrapper.name in self._wrappers and not override:
+            raise KilnError(
+                f"a runtime wrapper named {wrapper.name!r} is already registered; "
+                "pass override=True to replace it"
+            )
+        self._wrappers[wrapper.name] = wrapper
+
     # -- public operations ---------------------------------------------------
     def register(self, backend: Backend, override: bool = False) -> None:
         self._discover()
@@ -152,6 +177,26 @@ class BackendRegistry:
                 "torchkiln.list_backends(exclude_tags=()) lists them all."
             )
         return backend
+
+    def register_wrapper(self, wrapper: RuntimeWrapper, override: bool = False) -> None:
+        self._discover()
+        with self._lock:
+            self._add_wrapper(wrapper, source="register_runtime_wrapper", override=override)
+
+    def wrapper(self, name: str) -> RuntimeWrapper:
+        self._discover()
+        wrapper = self._wrappers.get(name)
+        if wrapper is None:
+            known = ", ".join(sorted(self._wrappers)) or "none"
+            raise UnknownBackendError(
+                f"unknown runtime wrapper {name!r} (registered: {known}); the plugin that "
+                "provides it is not installed or failed to load (torchkiln.registry.plugin_failures())"
+            )
+        return wrapper
+
+    def wrappers_for_mode(self, mode: str) -> list[RuntimeWrapper]:
+        self._discover()
+        return [w for w in self._wrappers.values() if mode in w.modes]
 
     def names(self, exclude_tags: Iterable[str]) -> list[str]:
         self._discover()
@@ -200,6 +245,21 @@ def list_backends(
     ``experimental=True`` includes them, ``exclude_tags=()`` lists everything.
     """
     return _registry.names(() if experimental else exclude_tags)
+
+
+def lookup_runtime_wrapper(name: str) -> RuntimeWrapper:
+    """The runtime wrapper registered as ``name``; unknown names list what exists."""
+    return _registry.wrapper(name)
+
+
+def runtime_wrappers_for_mode(mode: str) -> list[RuntimeWrapper]:
+    """The runtime wrappers that ``compile(mode=mode)`` stands for on a backend without modes."""
+    return _registry.wrappers_for_mode(mode)
+
+
+def register_runtime_wrapper(wrapper: RuntimeWrapper, override: bool = False) -> None:
+    """Register a runtime wrapper in this process (plugins use the hook instead)."""
+    _registry.register_wrapper(wrapper, override=override)
 
 
 def plugin_failures() -> dict[str, str]:

@@ -16,7 +16,9 @@ A backend opts in by passing ``cache=ArtifactCodec(...)`` to ``aot_autograd``:
 ``dump`` turns one compiled graph into a picklable artifact (``None``: this
 one can't be stored) and ``load`` turns an artifact back into a callable.
 Entries live in ``<cache_dir>/aot/<key[:2]>/<key>.pkl``, pickled with
-``torch.ops`` overloads stored by name. A training plan is stored once its
+``torch.ops`` overloads stored by name, and go through
+:func:`torchkiln.disk_cache.read_entry` (who wrote it, is it whole) before
+anything is unpickled. A training plan is stored once its
 backward is compiled (the first backward call), so a stored plan is always
 complete; an inference plan as soon as it is built. An entry that can't be
 read or unpickled is a miss, and is deleted so that it gets rebuilt.
@@ -45,9 +47,10 @@ from torchkiln.disk_cache import (
     discard,
     dumps,
     loads,
+    read_entry,
     source_fingerprint,
     stable_name,
-    write_atomic,
+    write_entry,
 )
 
 #: Bump when the entry layout changes.
@@ -194,7 +197,11 @@ class PlanCache:
         """The stored plan, ready to run, or ``None``."""
         path = self._path(key)
         try:
-            entry = loads(path.read_bytes())
+            data = read_entry(path)
+            if data is None:
+                counters["aot_cache"]["misses"] += 1
+                return None
+            entry = loads(data)
             meta = entry["meta"]
             forward = self.codec.load(entry["forward"])
             if entry["kind"] == "inference":
@@ -210,9 +217,6 @@ class PlanCache:
                     grad_inputs=entry["grad_inputs"],
                     compiled_backward=self.codec.load(entry["backward"]),
                 )
-        except FileNotFoundError:
-            counters["aot_cache"]["misses"] += 1
-            return None
         except Exception as e:  # a damaged or stale entry: rebuild it
             logs.artifact("aot_cache", "discarding unreadable entry %s: %s", path, e)
             counters["aot_cache"]["misses"] += 1
@@ -248,11 +252,12 @@ class PlanCache:
                     _not_cached(f"the backend can't store its {graph} graph")
                     return
         try:
-            write_atomic(self._path(key), dumps(entry))
-        except (
-            Exception
-        ) as e:  # unpicklable values (a local class as output container), disk errors
+            data = dumps(entry)
+        except Exception as e:  # unpicklable values (a local class as output container)
             _not_cached(f"{type(e).__name__}: {e}")
+            return
+        if not write_entry(self._path(key), data):
+            _not_cached("the cache could not be written")
             return
         counters["aot_cache"]["stores"] += 1
         logs.artifact("aot_cache", "stored %s", key)

@@ -19,7 +19,10 @@ A capture whose namespace holds anything else (a tensor constant, a lambda)
 is not kept. A record is keyed by the frame's code, the backend and its
 options (``GraphCompiler.cache_key``), torchkiln's code, torch and Python,
 and is valid while every source file the translation read is unchanged
-(size and modification time). Loading one resolves the recipes and runs
+(its SHA-256: an edit that keeps size and modification time, as ``tar``,
+``rsync -a`` or Nix make, counts). Records go through
+:func:`torchkiln.disk_cache.read_entry`, which checks who wrote them and that
+they are whole before anything is unpickled. Loading one resolves the recipes and runs
 its guards on the call that missed: only a
 record whose guards pass becomes a cache entry, so a loaded entry rests on
 the same assumptions a fresh capture would make. Its graph is handed to the
@@ -58,14 +61,15 @@ from torchkiln.disk_cache import (
     discard,
     dumps,
     loads,
+    read_entry,
     source_fingerprint,
     stable_name,
-    write_atomic,
+    write_entry,
 )
 from torchkiln.exc import Unsupported
 
 #: Bump when the record layout changes.
-FORMAT = 1
+FORMAT = 2
 
 #: Names the entry's own code defines in its namespace: never stored.
 _GENERATED = {"___guard", "___first_failure", "___descriptions", "___transformed", "___graph"}
@@ -90,7 +94,7 @@ class Record:
     guards: list[Guard]
     sources: frozenset[str]
     recipes: list[tuple[str, tuple]]
-    files: dict[str, tuple[int, int]]
+    files: dict[str, str]
     code_source: str
     graph: list | None
     graph_args: list[str] | None
@@ -173,10 +177,8 @@ def store(fn: types.FunctionType, cfg: Any, entry: CacheEntry) -> None:
         _counters()["unportable"] += 1
         logs.artifact("capture_cache", "not kept: %s: %s", fn.__code__.co_qualname, e)
         return
-    try:
-        write_atomic(path, data)
-    except OSError as e:  # a full or read-only disk costs the next process time, nothing else
-        logs.artifact("capture_cache", "could not write %s: %s", path, e)
+    if not write_entry(path, data):
+        logs.artifact("capture_cache", "could not write %s", path)
         return
     _counters()["stores"] += 1
 
@@ -206,7 +208,7 @@ def _record_of(entry: CacheEntry) -> Record:
         guards=guard_set.ordered(),
         sources=guard_set.sources,
         recipes=recipes,
-        files={f: _stat(f) for f in sorted(files)},
+        files={f: _content_hash(f) for f in sorted(files)},
         code_source=entry.code_source,
         graph=_graph_to_data(entry.graphs[0]) if entry.graphs else None,
         graph_args=entry.graph_args,
@@ -287,17 +289,29 @@ def _defining_files(value: Any) -> list[str]:
     return []
 
 
-def _stat(path: str) -> tuple[int, int]:
+#: Per file, the status it was hashed at and its hash: each version is read once per process.
+_hashes: dict[str, tuple[tuple[int, ...], str]] = {}
+
+
+def _content_hash(path: str) -> str:
+    """The SHA-256 of a source file, hashed again only when its status changed (the change
+    time included, which no tool sets back)."""
     try:
         st = os.stat(path)
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = _hashes.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError as e:
         raise Uncacheable(f"code from {path!r}, which is not a file") from e
-    return (st.st_mtime_ns, st.st_size)
+    _hashes[path] = (stamp, digest)
+    return digest
 
 
-def _fresh(files: dict[str, tuple[int, int]]) -> bool:
+def _fresh(files: dict[str, str]) -> bool:
     try:
-        return all(_stat(path) == stamp for path, stamp in files.items())
+        return all(_content_hash(path) == digest for path, digest in files.items())
     except Uncacheable:
         return False
 
@@ -351,12 +365,13 @@ def _graph_from_data(data: list[tuple]) -> fx.GraphModule:
 def _read(path: Path) -> list[Record]:
     """The records at ``path``; none if it is missing, damaged (deleted) or of another format."""
     try:
-        fmt, records = loads(path.read_bytes())
+        data = read_entry(path)
+        if data is None:
+            return []
+        fmt, records = loads(data)
         if fmt != FORMAT:
             return []
         return records
-    except FileNotFoundError:
-        return []
     except Exception as e:
         logs.artifact("capture_cache", "discarding unreadable %s: %s", path, e)
         discard(path)

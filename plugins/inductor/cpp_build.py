@@ -5,9 +5,13 @@ The cache lives in ``$TORCHKILN_CACHE_DIR`` (default
 ``cpp/<key[:2]>/<key>.so``, where ``key`` hashes the source, the compiler
 command line, the compiler version and the CPU (``-march=native`` code is
 only valid on the CPU it was built for). A second process compiling the same
-graph loads the library and runs no compiler. Builds write to a private
-temporary file and ``os.replace`` it into place, so concurrent processes
-never see a half-written library; an entry that fails to load is rebuilt.
+graph loads the library and runs no compiler. Entries go through
+``read_entry``/``write_entry`` (torchkiln's trust and integrity checks: the
+library's size and SHA-256 are recorded when it is stored and verified
+before it is loaded), so a truncated, zero-filled or replaced library is
+rebuilt, never ``dlopen``'d. Libraries are built, and loaded, from a
+private temporary folder (``$TMPDIR``): nobody else can swap the file
+between the check and the load, or truncate it while it is mapped.
 
 Flags: ``-O3 -march=native -mprefer-vector-width=512 -fopenmp
 -fno-math-errno -fno-trapping-math`` (no ``-ffast-math``: NaN and inf
@@ -28,7 +32,7 @@ import threading
 from pathlib import Path
 
 from torchkiln.exc import BackendCompilerFailed, KilnError
-from torchkiln.plugin import cache_dir
+from torchkiln.plugin import Damaged, cache_dir, discard, read_entry, write_entry
 
 BASE_FLAGS = (
     "-shared",
@@ -93,51 +97,49 @@ def load_library(source: str, opt_level: str = "O3") -> ctypes.CDLL:
         lib = _loaded.get(key)
         if lib is not None:
             return lib
-        path = cache_dir() / "cpp" / key[:2] / f"{key}.so"
-        lib = _try_load(path)
+        entry = cache_dir() / "cpp" / key[:2] / f"{key}.so"
+        lib = _load_entry(entry)
         if lib is None:
-            _build(source, path, opt_level)
-            lib = _try_load(path)
-            if lib is None:
-                raise KilnError(f"the freshly built library {path} does not load")
+            with tempfile.TemporaryDirectory(prefix="torchkiln-cpp-") as folder:
+                path = Path(folder) / f"{key}.so"
+                _build(source, path, opt_level)
+                try:
+                    lib = ctypes.CDLL(str(path))
+                except OSError as e:
+                    raise KilnError(
+                        f"the freshly built library does not load ({e}); if $TMPDIR "
+                        f"({folder}) is mounted noexec, point TMPDIR at a folder that is not"
+                    ) from e
+                write_entry(entry, path.read_bytes())
         _loaded[key] = lib
         return lib
 
 
-def _try_load(path: Path) -> ctypes.CDLL | None:
-    if not path.exists():
-        return None
+def _load_entry(entry: Path) -> ctypes.CDLL | None:
+    """The stored library, verified and loaded from a private copy; ``None`` (a damaged entry
+    deleted, to be rebuilt) when there is none that loads."""
     try:
-        return ctypes.CDLL(str(path))
-    except OSError:
-        # a damaged entry (truncated copy, disk error): rebuild it
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        data = read_entry(entry)
+        if data is None:
+            return None
+        with tempfile.TemporaryDirectory(prefix="torchkiln-cpp-") as folder:
+            copy = Path(folder) / entry.name
+            copy.write_bytes(data)
+            return ctypes.CDLL(str(copy))
+    except (Damaged, OSError):  # truncated, replaced, built for another machine: rebuild it
+        discard(entry)
         return None
 
 
 def _build(source: str, path: Path, opt_level: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_src = tempfile.mkstemp(suffix=".cpp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    tmp_lib = f"{tmp_src[:-4]}.so"
-    cmd = command(Path(tmp_src), Path(tmp_lib), opt_level)
-    try:
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise BackendCompilerFailed(
-                "inductor",
-                "<generated C++>",
-                KilnError(f"C++ compilation failed: {' '.join(cmd)}\n{result.stderr[-4000:]}"),
-            )
-        os.replace(tmp_lib, path)
-        os.replace(tmp_src, path.with_suffix(".cpp"))
-    finally:
-        for leftover in (tmp_src, tmp_lib):
-            try:
-                os.unlink(leftover)
-            except OSError:
-                pass
+    """Compile ``source`` into the library ``path`` (in a private temporary folder)."""
+    cpp = path.with_suffix(".cpp")
+    cpp.write_text(source)
+    cmd = command(cpp, path, opt_level)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BackendCompilerFailed(
+            "inductor",
+            "<generated C++>",
+            KilnError(f"C++ compilation failed: {' '.join(cmd)}\n{result.stderr[-4000:]}"),
+        )

@@ -165,6 +165,37 @@ def test_editing_a_file_the_capture_read_invalidates_the_record(persisted, tmp_p
     assert stats() == {"misses": 1, "stores": 1}
 
 
+def test_an_edit_that_keeps_size_and_modification_time_invalidates_the_record(
+    persisted, tmp_path, monkeypatch
+):
+    """As ``tar``, ``rsync -a`` or Nix leave a file: only its content tells the edit. The
+    method is reached through a module and an instance made in the frame: no recipe names
+    its code, only the file it came from does."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kiln_persist_user.py").write_text(
+        "import kiln_persist_lib\n\ndef f(x):\n    return kiln_persist_lib.Op().apply(x) + 1\n"
+    )
+    lib = src / "kiln_persist_lib.py"
+    lib.write_text("class Op:\n    def apply(self, x):\n        return x.sin()\n")
+    monkeypatch.syspath_prepend(str(src))
+
+    def fresh_f():
+        for name in ("kiln_persist_user", "kiln_persist_lib"):
+            sys.modules.pop(name, None)
+        return importlib.import_module("kiln_persist_user").f
+
+    x = torch.randn(5)
+    torch.testing.assert_close(torchkiln.compile(fresh_f(), backend="eager")(x), x.sin() + 1)
+    before = lib.stat()
+    lib.write_text("class Op:\n    def apply(self, x):\n        return x.cos()\n")
+    os.utime(lib, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (lib.stat().st_size, lib.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    torchkiln.reset()
+    torch.testing.assert_close(torchkiln.compile(fresh_f(), backend="eager")(x), x.cos() + 1)
+    assert stats() == {"misses": 1, "stores": 1}
+
+
 class Table:
     values = torch.arange(4.0)
 
