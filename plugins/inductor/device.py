@@ -40,12 +40,17 @@ class DeviceCaps:
     max_local_bytes: int
     random: bool = True  # emits rand/randn (else random ops run as aten calls)
     scatter: bool = True  # emits scatters (index_put, scatter_add...; else aten calls)
+    # storage dtypes an accumulating scatter adds into (None: all of ``dtypes``)
+    scatter_add_dtypes: frozenset[torch.dtype] | None = None
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         return dtype in self.dtypes
 
     def has_op(self, name: str) -> bool:
         return name in self.ops
+
+    def supports_scatter_add(self, dtype: torch.dtype) -> bool:
+        return self.scatter_add_dtypes is None or dtype in self.scatter_add_dtypes
 
 
 #: matmuls and convolutions: oneDNN / BLAS through aten
@@ -89,43 +94,21 @@ CPP = DeviceCaps(
 )
 
 
-#: ``ops.*`` math the Triton generator (:mod:`.codegen.triton`) emits with core ``tl`` functions only (libdevice
-#: is not available in the interpreter CI runs); the rest runs as aten calls
-TRITON_MATH_OPS = MATH_OPS - {
-    "expm1",
-    "log1p",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "erfc",
-    "erfinv",
-    "lgamma",
-    "atan2",
-    "hypot",
-    "copysign",
-}
-
 TRITON = DeviceCaps(
     name="triton",
     dtypes=frozenset(
         {torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool}
     ),
-    ops=TRITON_MATH_OPS,
+    ops=MATH_OPS,  # core ``tl`` and libdevice (codegen/triton_libdevice.py)
     extern_ops=_LIBRARY_OPS,
     channels_last_conv=False,
     split_reduction_min=1 << 16,
     split_chunks=64,
     # a later loop of a kernel re-reads a value from memory (the program's own writes)
     max_local_bytes=0,
-    # not built yet (Philox `tl.rand`, atomic scatters): aten calls, listed as fallbacks
-    random=False,
-    scatter=False,
+    # accumulating scatters are `tl.atomic_add`s (indices may repeat): none of bool (1-bit),
+    # nor of bfloat16 (the interpreter has none; Triton's needs sm_90)
+    scatter_add_dtypes=frozenset({torch.float32, torch.float16, torch.int32, torch.int64}),
 )
 
 

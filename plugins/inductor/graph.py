@@ -78,7 +78,7 @@ class GraphLowering(Interpreter):
         self.run(*self.example_inputs)
         if self.ir.seed_buffer is not None:
             self.ir.seed_buffer.layout = Layout.contiguous(
-                (self.ir.num_seeds,), torch.int64, torch.device("cpu")
+                (self.ir.num_seeds,), torch.int64, self.ir.seed_buffer.layout.device
             )
         return self.ir
 
@@ -151,10 +151,11 @@ class GraphLowering(Interpreter):
             return self.realize(value)
         return value
 
-    def new_seed(self) -> tuple[str, int]:
+    def new_seed(self, device: torch.device) -> tuple[str, int]:
+        """A seed number of the graph's seeds buffer (drawn per call, on the kernels' ``device``)."""
         if self.ir.seed_buffer is None:
             self.ir.seed_buffer = InputBuffer(
-                "seeds", Layout.contiguous((0,), torch.int64, torch.device("cpu")), -1
+                "seeds", Layout.contiguous((0,), torch.int64, device), -1
             )
         self.ir.num_seeds += 1
         return self.ir.seed_buffer.name, self.ir.num_seeds - 1
@@ -195,7 +196,7 @@ class GraphLowering(Interpreter):
         meta = self.current_node.meta.get("val") if self.current_node is not None else None
         if self.channels_last and self.current_node is not None and _is_conv2d(self.current_node):
             if target is CONVOLUTION_BACKWARD:
-                return self._conv_backward_channels_last(args, kwargs, meta)
+                return self._conv_backward(args, kwargs, meta)
             return self._conv_channels_last(args, kwargs, meta)
         reason = self._why_not_lowered(target, args, kwargs, meta)
         if reason is None:
@@ -237,11 +238,15 @@ class GraphLowering(Interpreter):
         layout = channels_last_layout(tuple(meta.shape), meta.dtype, meta.device)
         return self.fallback(CONVOLUTION, (x, weight, *rest), kwargs, meta, "extern kernel", layout)
 
-    def _conv_backward_channels_last(self, args, kwargs, meta: list) -> list:
-        """convolution_backward as an aten call on channels-last tensors; its input and
-        weight gradients come back channels-last."""
+    def _conv_backward(self, args, kwargs, meta: list) -> list:
+        """convolution_backward as an aten call on channels-last tensors (contiguous ones where
+        that layout is broken, see :func:`_channels_last_backward_is_safe`); its input and
+        weight gradients come back in the same layout."""
+        weight, stride, padding = args[2], args[4], args[5]
+        safe = _channels_last_backward_is_safe(weight.size, stride, padding)
+        layout_of = channels_last_layout if safe else Layout.contiguous
         grad_output, x, weight, *rest = (
-            self.realize(v, channels_last_layout(v.size, v.dtype, v.device))
+            self.realize(v, layout_of(v.size, v.dtype, v.device))
             if isinstance(v, TensorValue)
             else v
             for v in args
@@ -251,9 +256,7 @@ class GraphLowering(Interpreter):
         )
         for i, result in enumerate(results[:2]):
             if result is not None:
-                result.buffer.layout = channels_last_layout(
-                    result.size, result.dtype, result.device
-                )
+                result.buffer.layout = layout_of(result.size, result.dtype, result.device)
                 results[i] = StorageView.of(result.buffer)
         return results
 
@@ -342,6 +345,17 @@ def channels_last_layout(size, dtype: torch.dtype, device: torch.device) -> Layo
     """NCHW sizes, NHWC order in memory (torch.channels_last)."""
     n, c, h, w = (int(s) for s in size)
     return Layout((n, c, h, w), (h * w * c, 1, w * c, c), dtype, device)
+
+
+def _channels_last_backward_is_safe(kernel_size, stride, padding) -> bool:
+    """Whether oneDNN's convolution_backward gets channels-last tensors right. PyTorch 2.13's
+    CPU kernel for an unpadded 1x1 convolution with a stride (ResNet/RepVGG downsampling)
+    on channels-last tensors gives wrong weight gradients and writes past its buffers
+    (double free, segfault); on contiguous ones, the layout eager autograd uses there, it
+    is right. Padded or unstrided 1x1 and larger kernels were right in every case tried."""
+    one_by_one = all(k == 1 for k in kernel_size[2:])
+    strided = any(s != 1 for s in stride)
+    return not (one_by_one and strided and all(p == 0 for p in padding))
 
 
 def _is_conv2d(node: Node) -> bool:

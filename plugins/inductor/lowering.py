@@ -531,7 +531,7 @@ def _iota(g, meta, length, *, start, step, dtype, device, requires_grad):
 
 
 def _random_value(g, meta, kind: str) -> PointwiseValue:
-    _, seed = g.new_seed()
+    _, seed = g.new_seed(meta.device)
     size = _size(meta)
     strides = contiguous_strides(size)
     dtype = meta.dtype
@@ -1160,6 +1160,8 @@ def _scatter(g, meta, x: TensorValue, sizes, dest, value_loader, mode: str | Non
     """Copy ``x`` into a fresh buffer, then write ``value_loader(i)`` at ``dest(i)`` for i in sizes."""
     if not g.caps.scatter:
         raise Unlowerable(f"the {g.caps.name} code generator has no scatters yet")
+    if mode == "add" and not g.caps.supports_scatter_add(meta.dtype):
+        raise Unlowerable(f"the {g.caps.name} code generator has no atomic add of {meta.dtype}")
     base = g.realize(PointwiseValue(x.size, x.dtype, x.device, x.loader(), 1))
     return g.scatter(base, tuple(sizes), value_loader, dest, mode, meta.dtype)
 
@@ -1302,22 +1304,23 @@ def _slice_scatter(g, meta, x, src, dim=0, start=None, end=None, step=1):
     load_x, load_s = x.loader(), src.loader()
     dtype = meta.dtype
 
+    # ``index - start`` goes negative below the slice, and FloorDiv/Mod take non-negative
+    # operands only: shift by ``lead`` (start rounded up to a multiple of step, minus start).
+    lead = -start % step
+    first = (start + lead) // step
+
     def body(index):
-        rel = index[dim] - start
         sub = list(index)
+        cond = _in_range(index[dim], start, start + length * step)
         if step == 1:
-            sub[dim] = rel
-            cond = _in_range(index[dim], start, start + length)
+            sub[dim] = index[dim] - start
         else:
-            sub[dim] = rel.floordiv(step)
-            in_range = _in_range(index[dim], start, start + length * step)
+            shifted = index[dim] + lead
+            sub[dim] = shifted.floordiv(step) - first
             aligned = ops.eq(
-                ops.index_expr(rel.mod(step) if rel.bounds()[0] >= 0 else rel, torch.int64),
-                ops.constant(0, torch.int64),
+                ops.index_expr(shifted.mod(step), torch.int64), ops.constant(0, torch.int64)
             )
-            cond = aligned if in_range is None else ops.logical_and(in_range, aligned)
-            if rel.bounds()[0] < 0:
-                raise Unlowerable("strided slice_scatter not starting at 0")
+            cond = aligned if cond is None else ops.logical_and(cond, aligned)
         if cond is None:
             return load_s(sub)
         return ops.where(cond, ops.masked(cond, lambda: load_s(sub), 0), load_x(index))

@@ -1,75 +1,135 @@
 """The inductor backend's option schema and modes, and their parsing.
 
 Options arrive as ``compile_fn(gm, example_inputs, **{"cpp.threads": 4})``.
-Declared-but-unbuilt options carry ``implemented=False``: passing them with a
-non-default value raises :class:`~torchkiln.exc.NotImplementedYet`.
+Each option is declared once, here: its schema entry (checked by the core,
+``torchkiln.plugin.check_options``) and, for those the compiler reads, the
+:class:`InductorOptions` field it fills. Declared-but-unbuilt options carry
+``implemented=False``: passing them with a non-default value raises
+:class:`~torchkiln.exc.NotImplementedYet`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import make_dataclass
 from typing import Any
 
-from torchkiln.exc import InvalidOptionError, NotImplementedYet
-from torchkiln.plugin import Option
+from torchkiln.exc import InvalidOptionError
+from torchkiln.plugin import Option, check_options
 
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "cpp.threads", None, "OpenMP threads per kernel (None: OpenMP's default)", (int, type(None))
+#: The options the compiler reads, each with the :class:`InductorOptions` field it fills.
+_FIELDS: tuple[tuple[str, Option], ...] = (
+    (
+        "threads",
+        Option(
+            "cpp.threads",
+            None,
+            "OpenMP threads per kernel (None: OpenMP's default)",
+            (int, type(None)),
+            minimum=1,
+        ),
     ),
-    Option(
-        "cpp.simdlen", 32, "independent accumulator lanes per reduction (lets gcc vectorize)", int
+    (
+        "simdlen",
+        Option(
+            "cpp.simdlen",
+            32,
+            "independent accumulator lanes per reduction (lets gcc vectorize)",
+            int,
+            minimum=1,
+        ),
     ),
-    Option("cpp.opt_level", "O3", "gcc optimisation level for generated kernels (O1, O2, O3)", str),
-    Option(
-        "cpp.parallel_threshold",
-        32768,
-        "elements of work below which a kernel runs on one thread",
-        int,
+    (
+        "opt_level",
+        Option(
+            "cpp.opt_level",
+            "O3",
+            "gcc optimisation level for generated kernels",
+            str,
+            choices=("O0", "O1", "O2", "O3"),
+        ),
     ),
-    Option(
+    (
+        "parallel_threshold",
+        Option(
+            "cpp.parallel_threshold",
+            32768,
+            "elements of work below which a kernel runs on one thread",
+            int,
+            minimum=0,
+        ),
+    ),
+    (
         "cpu_backend",
-        "cpp",
-        'code generator for CPU tensors: "cpp" (C++/OpenMP) or "triton" (Triton kernels run '
-        "by its interpreter: set TRITON_INTERPRET=1 before triton is imported; for testing "
-        "the GPU path without a GPU)",
-        str,
+        Option(
+            "cpu_backend",
+            "cpp",
+            'code generator for CPU tensors: "cpp" (C++/OpenMP) or "triton" (Triton kernels run '
+            "by its interpreter: set TRITON_INTERPRET=1 before triton is imported; for testing "
+            "the GPU path without a GPU)",
+            str,
+            choices=("cpp", "triton"),
+        ),
     ),
-    Option(
+    (
         "fallback_random",
-        False,
-        "run random ops (rand, randn, dropout, bernoulli) as aten calls, to match eager's numbers",
-        bool,
+        Option(
+            "fallback_random",
+            False,
+            "run random ops (rand, randn, dropout, bernoulli) as aten calls, to match eager's "
+            "numbers",
+            bool,
+        ),
     ),
-    Option(
+    (
         "epilogue_fusion",
-        True,
-        "fuse pointwise consumers into the loops of the reductions that feed them",
-        bool,
+        Option(
+            "epilogue_fusion",
+            True,
+            "fuse pointwise consumers into the loops of the reductions that feed them",
+            bool,
+        ),
     ),
-    Option(
-        "trace.enabled",
-        False,
-        "write the graphs, the IR before and after fusion and the generated code to a folder",
-        bool,
+    (
+        "trace",
+        Option(
+            "trace.enabled",
+            False,
+            "write the graphs, the IR before and after fusion and the generated code to a folder",
+            bool,
+        ),
     ),
-    Option(
-        "trace.dir",
-        None,
-        "the folder for trace.enabled (default ./torchkiln_trace)",
-        (str, type(None)),
+    (
+        "trace_dir",
+        Option(
+            "trace.dir",
+            None,
+            "the folder for trace.enabled (default ./torchkiln_trace)",
+            (str, type(None)),
+        ),
     ),
-    Option(
-        "trace.graph_diagram",
-        False,
-        "draw the fused graph as an SVG image (needs pydot and graphviz)",
-        bool,
+    (
+        "graph_diagram",
+        Option(
+            "trace.graph_diagram",
+            False,
+            "draw the fused graph as an SVG image (needs pydot and graphviz)",
+            bool,
+        ),
     ),
+)
+
+#: The whole schema: the compiler's options, then those it never sees (a runtime
+#: wrapper the core applies, options not built yet).
+OPTIONS: tuple[Option, ...] = (
+    *(option for _, option in _FIELDS),
     Option(
         "triton.cudagraphs",
         False,
-        "CUDA graphs for GPU graphs; CPU graphs run without them, as in torch.compile",
+        "CUDA graphs for GPU graphs (the core's cudagraphs runtime wrapper, applied around "
+        "the compiled graphs); CPU graphs run without them and say so once, as in torch.compile",
         bool,
+        runtime_wrapper="cudagraphs",
     ),
     Option(
         "max_autotune",
@@ -96,62 +156,27 @@ MODE_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class InductorOptions:
-    threads: int | None = None
-    simdlen: int = 32
-    opt_level: str = "O3"
-    parallel_threshold: int = 32768
-    fallback_random: bool = False
-    epilogue_fusion: bool = True
-    trace: bool = False
-    trace_dir: str | None = None
-    graph_diagram: bool = False
-    cudagraphs: bool = False
-    cpu_backend: str = "cpp"
+#: What the compiler reads: one field per entry of ``_FIELDS``, with its default.
+InductorOptions = make_dataclass(
+    "InductorOptions",
+    [(name, Any, option.default) for name, option in _FIELDS],
+    frozen=True,
+)
+InductorOptions.__module__ = __name__  # for pickle (make_dataclass's module= needs Python 3.12)
+InductorOptions.__doc__ = "The inductor options the compiler reads, parsed (``parse_options``)."
 
 
-_FIELDS = {
-    "cpp.threads": "threads",
-    "cpp.simdlen": "simdlen",
-    "cpp.opt_level": "opt_level",
-    "cpp.parallel_threshold": "parallel_threshold",
-    "fallback_random": "fallback_random",
-    "epilogue_fusion": "epilogue_fusion",
-    "trace.enabled": "trace",
-    "trace.dir": "trace_dir",
-    "trace.graph_diagram": "graph_diagram",
-    "triton.cudagraphs": "cudagraphs",
-    "cpu_backend": "cpu_backend",
-}
-
-
-def parse_options(options: dict[str, Any]) -> InductorOptions:
+def parse_options(options: Mapping[str, Any]) -> InductorOptions:
     """Check ``options`` against the schema and turn them into :class:`InductorOptions`."""
-    schema = {o.name: o for o in OPTIONS}
-    values = {}
-    for key, value in options.items():
-        opt = schema.get(key)
-        if opt is None:
+    given = check_options("inductor", OPTIONS, options)
+    for option in OPTIONS:
+        if option.runtime_wrapper is not None and option.name in given:
             raise InvalidOptionError(
-                f"the inductor backend has no option {key!r}; known: {', '.join(sorted(schema))}"
+                f"inductor option {option.name!r} turns on the {option.runtime_wrapper!r} "
+                "runtime wrapper, which torchkiln.compile applies around the compiled graphs: "
+                f"pass it to torchkiln.compile(..., backend='inductor', "
+                f"options={{{option.name!r}: True}})"
             )
-        if not opt.implemented:
-            if value != opt.default:
-                raise NotImplementedYet(f"inductor option {key!r} is not implemented yet")
-            continue
-        if opt.type is not None and not isinstance(value, opt.type):
-            raise InvalidOptionError(f"inductor option {key!r} expects {opt.type}, got {value!r}")
-        values[_FIELDS[key]] = value
-    parsed = InductorOptions(**values)
-    if parsed.opt_level not in ("O0", "O1", "O2", "O3"):
-        raise InvalidOptionError(f"cpp.opt_level must be O0..O3, got {parsed.opt_level!r}")
-    if parsed.simdlen < 1:
-        raise InvalidOptionError(f"cpp.simdlen must be positive, got {parsed.simdlen}")
-    if parsed.cpu_backend not in ("cpp", "triton"):
-        raise InvalidOptionError(
-            f'cpu_backend must be "cpp" or "triton", got {parsed.cpu_backend!r}'
-        )
-    if parsed.threads is not None and parsed.threads < 1:
-        raise InvalidOptionError(f"cpp.threads must be positive, got {parsed.threads}")
-    return parsed
+    return InductorOptions(
+        **{name: given[option.name] for name, option in _FIELDS if option.name in given}
+    )

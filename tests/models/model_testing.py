@@ -49,6 +49,37 @@ def assert_close_to_largest(
             )
 
 
+def assert_no_worse_than_eager(
+    actual: dict[str, torch.Tensor | None],
+    eager: dict[str, torch.Tensor | None],
+    reference: dict[str, torch.Tensor | None],
+    *,
+    multiplier: float = 3.0,
+    atol_scale: float = ATOL_SCALE,
+) -> None:
+    """In low precision (bfloat16, float16), each tensor of ``actual`` is at most
+    ``multiplier`` times as far from the float32 ``reference`` as eager's own result in that
+    precision is (root-mean-square error), plus ``atol_scale`` times the largest reference
+    magnitude: the criterion of PyTorch's model benchmarks, since two correct bfloat16
+    programs differ from each other by as much as each differs from the truth.
+    """
+    assert actual.keys() == eager.keys() == reference.keys(), "names differ"
+    present = [t for t in reference.values() if t is not None and t.numel()]
+    largest = max((t.detach().abs().max().item() for t in present), default=0.0)
+    for name, want in reference.items():
+        assert (actual[name] is None) == (want is None), f"{name}: None on one side only"
+        if want is None or not want.numel():
+            continue
+        want = want.detach().double()
+        err = (actual[name].detach().double() - want).square().mean().sqrt().item()
+        eager_err = (eager[name].detach().double() - want).square().mean().sqrt().item()
+        limit = multiplier * eager_err + atol_scale * largest
+        assert err <= limit, (
+            f"{name}: RMS error {err:.3g} against float32, eager's own {eager_err:.3g} "
+            f"(limit {limit:.3g}, largest |reference| {largest:.3g})"
+        )
+
+
 def grads(module: torch.nn.Module) -> dict[str, torch.Tensor | None]:
     """Every parameter's gradient, by name (``None`` where it got none)."""
     return {name: p.grad for name, p in module.named_parameters()}

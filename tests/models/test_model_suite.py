@@ -20,6 +20,12 @@ Gradients are compared with a tolerance scaled to the model's largest gradient
 Sizes: ``tiny`` by default (CI, with ``-n 2``). ``TORCHKILN_MODELS_SIZE=small``
 or ``large`` builds the zoo's larger sizes (minutes per model on a CPU), e.g.
 ``TORCHKILN_MODELS_SIZE=small pytest tests/models -k llama``.
+
+Device and precision: ``TORCHKILN_MODELS_DEVICE=cuda`` (default ``cpu``) and
+``TORCHKILN_MODELS_DTYPE=bfloat16`` or ``float16`` (default ``float32``). In low
+precision a float32 eager model is the reference, and the compiled model may be at
+most a few times as far from it as eager in that precision is
+(``model_testing.assert_no_worse_than_eager``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ import os
 
 import pytest
 import torch
-from model_testing import assert_close_to_largest, buffers, grads, loss_of
+from model_testing import (
+    assert_close_to_largest,
+    assert_no_worse_than_eager,
+    buffers,
+    grads,
+    loss_of,
+)
 
 import torchkiln
 from benchmarks.models import MODELS, SIZES, Built, group
@@ -38,6 +50,10 @@ SIZE = os.environ.get("TORCHKILN_MODELS_SIZE", "tiny")
 if SIZE not in SIZES:
     raise ValueError(f"TORCHKILN_MODELS_SIZE={SIZE!r}: use one of {', '.join(SIZES)}")
 BACKENDS = ("eager", "aot_eager", "inductor")
+DEVICE = torch.device(os.environ.get("TORCHKILN_MODELS_DEVICE", "cpu"))
+DTYPE = getattr(torch, os.environ.get("TORCHKILN_MODELS_DTYPE", "float32"))
+if not isinstance(DTYPE, torch.dtype) or not DTYPE.is_floating_point:
+    raise ValueError(f"TORCHKILN_MODELS_DTYPE: {DTYPE!r} is not a floating-point dtype")
 
 
 @pytest.fixture(autouse=True)
@@ -53,36 +69,70 @@ def build(name: str) -> Built:
     reason = spec.unavailable_reason()
     if reason is not None:
         pytest.skip(f"{name} {reason}")
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        pytest.skip("TORCHKILN_MODELS_DEVICE=cuda needs a CUDA GPU")
     return spec.build(SIZE)
+
+
+def on_device(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The inputs on the suite's device, floating-point ones in ``dtype``."""
+    return tuple(t.to(DEVICE, dtype if t.is_floating_point() else t.dtype) for t in inputs)
+
+
+class Twins:
+    """The compiled model, its eager twin and (in low precision) a float32 eager reference,
+    called alike and compared as the precision allows."""
+
+    def __init__(self, module: torch.nn.Module, backend: str):
+        module = module.to(DEVICE)
+        self.reference = None if DTYPE is torch.float32 else copy.deepcopy(module)
+        self.model = module.to(DTYPE)
+        self.twin = copy.deepcopy(self.model)
+        self.compiled = torchkiln.compile(self.model, backend=backend)
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [m for m in (self.model, self.twin, self.reference) if m is not None]
+
+    def run(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, dict]:
+        """Each model's output on ``inputs`` (the float32 reference's in float32)."""
+        low, full = on_device(inputs, DTYPE), on_device(inputs, torch.float32)
+        outputs = {"model": self.compiled(*low), "twin": self.twin(*low)}
+        if self.reference is not None:
+            outputs["reference"] = self.reference(*full)
+        return outputs
+
+    def compare(self, of: dict[str, dict]) -> None:
+        if self.reference is None:
+            assert_close_to_largest(of["model"], of["twin"])
+        else:
+            assert_no_worse_than_eager(of["model"], of["twin"], of["reference"])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", group("suite"))
 def test_inference(name: str, backend: str) -> None:
     built = build(name)
-    model = built.module.eval()
-    twin = copy.deepcopy(model)
-    compiled = torchkiln.compile(model, backend=backend)
+    twins = Twins(built.module.eval(), backend)
     with torch.no_grad():
         for inputs in (built.inputs, built.resized_inputs):
-            assert_close_to_largest({"output": compiled(*inputs)}, {"output": twin(*inputs)})
+            outputs = twins.run(inputs)
+            twins.compare({k: {"output": v} for k, v in outputs.items()})
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", group("suite"))
 def test_training(name: str, backend: str) -> None:
     built = build(name)
-    model = built.module.train()
-    twin = copy.deepcopy(model)
-    compiled = torchkiln.compile(model, backend=backend)
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (model, twin)]
+    twins = Twins(built.module.train(), backend)
+    modules = dict(zip(("model", "twin", "reference"), twins.modules()))
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.01) for m in modules.values()]
     for inputs in (built.inputs, built.resized_inputs):
-        output, expected = compiled(*inputs), twin(*inputs)
-        loss_of(output).backward()
-        loss_of(expected).backward()
-        assert_close_to_largest({"output": output}, {"output": expected})
-        assert_close_to_largest(grads(model), grads(twin))
-        assert_close_to_largest(buffers(model), buffers(twin))
+        outputs = twins.run(inputs)
+        for output in outputs.values():
+            loss_of(output).backward()
+        twins.compare({k: {"output": v} for k, v in outputs.items()})
+        twins.compare({k: grads(m) for k, m in modules.items()})
+        twins.compare({k: buffers(m) for k, m in modules.items()})
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad()

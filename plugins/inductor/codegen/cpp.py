@@ -8,7 +8,9 @@ statement with common-subexpression elimination. The nodes of a segment share
 one loop; a value stored and read at the same index in a segment is forwarded
 in a register, and a reduction result read later in the kernel stays a local
 scalar. Reductions accumulate in ``simdlen`` independent lanes so gcc
-vectorizes them, then combine the lanes.
+vectorizes them, then combine the lanes (sums pairwise); long float sums and
+Welford states move their lanes into double totals block by block
+(:mod:`.cpp_blocked`), as accurate as eager's.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..ir import GraphIR, Reduction, Scatter
 from ..kernel_plan import KernelPlan, Segment, merge_loops, node_indices
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode, kernel_vars
+from .cpp_blocked import Blocked, BlockPlan, plan_blocks, stepping_loop
 
 PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
 
@@ -43,6 +46,8 @@ STORAGE_TYPES = {
 }
 COMPUTE_TYPES = {**STORAGE_TYPES, torch.float16: "float", torch.bfloat16: "float"}
 FLOAT_TYPES = (torch.float32, torch.float64)
+#: a half-precision value computed in float, rounded to what its dtype holds
+_ROUND = {torch.bfloat16: "kiln_round_bf16", torch.float16: "kiln_round_f16"}
 
 
 def ctype(dtype: torch.dtype) -> str:
@@ -228,10 +233,8 @@ class CppOpsHandler:
             out = x
         else:
             out = self._emit(f"static_cast<{COMPUTE_TYPES[target]}>({x})", target)
-        if dtype == torch.bfloat16:
-            out = self._emit(f"kiln_round_bf16({out})", target)
-        elif dtype == torch.float16:
-            out = self._emit(f"kiln_round_f16({out})", target)
+        if dtype in _ROUND:
+            out = self._emit(f"{_ROUND[dtype]}({out})", target)
         return out
 
     def indirect_indexing(self, x: CppValue, size: int, wrap: bool = True) -> Expr:
@@ -469,6 +472,7 @@ class _Accumulator:
     names: list[str]
     dtype: torch.dtype
     reduction_type: str
+    blocked: Blocked | None = None  # a long float sum or welford: double totals (cpp_blocked)
 
 
 class CppKernel:
@@ -602,20 +606,23 @@ class CppKernel:
         first, rest = self.plan.segments[0], self.plan.segments[1:]
         n = len(outer) - 1
         body, updates, results, inner = self._segment_body(first, outer_vars)
-        lines = []
+        blocks = self._plan_blocks(updates, lanes, inner[-1], math.prod(inner[:-1]), "nb")
+        lines = blocks.declare() if blocks else []
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
-        for d, size in enumerate(inner):
+        for d, size in enumerate(inner[:-1]):
             lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
-        ind = "    " * len(inner)
-        lines += [f"{ind}{p}" for a, _, _ in updates for p in self._block_prologue(a)]
-        lines.append(f"{ind}#pragma omp simd")
-        lines.append(f"{ind}for (int64_t l = 0; l < nb; ++l) {{")
-        lines.append(f"{ind}    int64_t o{n} = ob + l;")
-        lines += [f"{ind}    {b}" for b in body]
-        lines += [f"{ind}    {self._acc_update(a, v, f, 'l', 'lane')}" for a, v, f in updates]
-        lines.append(f"{ind}}}")
-        lines += ["    " * d + "}" for d in reversed(range(len(inner)))]
+        step = [p for a, _, _ in updates for p in self._block_prologue(a)]
+        step += ["#pragma omp simd", "for (int64_t l = 0; l < nb; ++l) {"]
+        step.append(f"    int64_t o{n} = ob + l;")
+        step += [f"    {b}" for b in body]
+        step += [f"    {self._acc_update(a, v, f, 'l', 'lane')}" for a, v, f in updates]
+        step.append("}")
+        last = len(inner) - 1
+        ind = "    " * last
+        lines += [ind + x for x in stepping_loop(f"i{last}", inner[-1], 1, step, blocks)]
+        lines += ["    " * d + "}" for d in reversed(range(last))]
+        lines += self._blocks_finish(updates)
         for acc, _, _ in updates:
             if acc.reduction_type == "welford":
                 b = acc.names[0]
@@ -687,11 +694,18 @@ class CppKernel:
             body, updates, results, inner = self._segment_body(seg, outer_vars)
         finally:
             self.hoisted = None
-        lanes = self.simdlen if inner and updates else 1
+        # lanes run along the last inner loop; one shorter than them runs as one lane
+        lanes = self.simdlen if inner and updates and inner[-1] >= self.simdlen else 1
+        blocks = None
+        if inner:
+            blocks = self._plan_blocks(updates, lanes, inner[-1] // lanes, math.prod(inner[:-1]))
+        if blocks:
+            lines += blocks.declare()
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
         serial = any(n.is_scatter for n in seg.nodes)
-        lines += self._loops(inner, body, updates, lanes, serial)
+        lines += self._loops(inner, body, updates, lanes, serial, blocks)
+        lines += self._blocks_finish(updates)
         for acc, _, _ in updates:
             lines += self._acc_finish(acc, lanes)
         return lines + self._results(results, "0")
@@ -700,11 +714,13 @@ class CppKernel:
         lines = []
         for node, acc, store in results:
             data = node.buffer.data
-            t = ctype(node.buffer.dtype)
+            dtype = node.buffer.dtype
+            t = ctype(dtype)
+            text = f"static_cast<{t}>({self._acc_result(acc, data.output_index, lane)})"
+            if dtype in _ROUND:  # read later in the kernel: what memory would hold
+                text = f"{_ROUND[dtype]}({text})"
             name = self.new_tmp("red")
-            lines.append(
-                f"{t} {name} = static_cast<{t}>({self._acc_result(acc, data.output_index, lane)});"
-            )
+            lines.append(f"{t} {name} = {text};")
             final = CppValue(name, compute_dtype(node.buffer.dtype))
             self._locals[(node.name, store)] = final
             if node.name in self.plan.stored:
@@ -802,8 +818,35 @@ class CppKernel:
             names = [base]
         return _Accumulator(names, value.dtype, rtype)
 
+    def _plan_blocks(
+        self, updates, lanes: int, per_pass: int, passes: int, live: str = ""
+    ) -> BlockPlan | None:
+        """Double totals for the float sum and welford accumulators of lanes that take
+        ``passes`` passes of ``per_pass`` steps, if they are long enough to need them
+        (``live``: how many lanes hold values, when not all)."""
+        accs = [
+            acc
+            for acc, _, _ in updates
+            if acc.reduction_type in ("sum", "welford") and acc.dtype in FLOAT_TYPES
+        ]
+        blocked = []
+        for acc in accs:
+            count = ""
+            if acc.reduction_type == "welford":
+                count = f"{acc.names[0]}_count" if lanes > 1 else f"{acc.names[2]}[0]"
+            blocked.append(Blocked(acc.reduction_type, acc.names, lanes, count, live))
+        plan = plan_blocks(blocked, per_pass, passes)
+        if plan is not None:
+            for acc, b in zip(accs, blocked):
+                acc.blocked = b
+        return plan
+
+    def _blocks_finish(self, updates) -> list[str]:
+        return [a.blocked.finish() for a, _, _ in updates if a.blocked is not None]
+
     def _acc_init(self, acc: _Accumulator, lanes: int) -> list[str]:
         t = COMPUTE_TYPES[acc.dtype]
+        totals = acc.blocked.declare() if acc.blocked is not None else []
         if acc.reduction_type == "welford":
             lines = [f"{t} {n}[{lanes}] = {{}};" for n in acc.names]
             if lanes > 1:
@@ -813,7 +856,7 @@ class CppKernel:
                 lines.append(
                     f"{t} {b}_count = 0, {b}_rw = 0, {b}_tmean = 0, {b}_tm2 = 0, {b}_tw = 0;"
                 )
-            return lines
+            return lines + totals
         if acc.reduction_type in ("argmax", "argmin"):
             init = _INIT["max" if acc.reduction_type == "argmax" else "min"](acc.dtype)
             return [
@@ -825,6 +868,7 @@ class CppKernel:
         return [
             f"{t} {acc.names[0]}[{lanes}];",
             f"for (int l = 0; l < {lanes}; ++l) {acc.names[0]}[l] = {init};",
+            *totals,
         ]
 
     def _block_prologue(self, acc: _Accumulator) -> list[str]:
@@ -863,6 +907,8 @@ class CppKernel:
             ]
         elif acc.reduction_type in ("argmax", "argmin"):
             body = f"kiln_{acc.reduction_type}_update({n[0]}[0], {n[1]}[0], {n[0]}[l], {n[1]}[l]);"
+        elif acc.reduction_type == "sum":
+            return [f"{n[0]}[0] = kiln_pairwise_total({n[0]});"]
         else:
             body = _COMBINE[acc.reduction_type].format(a=f"{n[0]}[0]", b=f"{n[0]}[l]")
         return [f"for (int l = 1; l < {lanes}; ++l) {{ {body} }}"]
@@ -875,9 +921,16 @@ class CppKernel:
         return f"{acc.names[0]}[{lane}]"
 
     def _loops(
-        self, inner: tuple[int, ...], body: list[str], updates, lanes: int, serial: bool
+        self,
+        inner: tuple[int, ...],
+        body: list[str],
+        updates,
+        lanes: int,
+        serial: bool,
+        blocks: BlockPlan | None,
     ) -> list[str]:
-        """The segment's inner loops; ``serial`` (a scatter) gets no vectorization pragma."""
+        """The segment's inner loops; ``serial`` (a scatter) gets no vectorization pragma;
+        ``blocks``: where the lanes' blocks move into their totals."""
         if not inner:
             return [
                 "{",
@@ -893,17 +946,13 @@ class CppKernel:
         last, size = depth - 1, inner[-1]
         if lanes > 1:
             main = size - size % lanes
-            lines.append(f"{ind}for (int64_t ib = 0; ib < {main}; ib += {lanes}) {{")
-            lines += [f"{ind}    {p}" for a, _, _ in updates for p in self._block_prologue(a)]
-            lines.append(f"{ind}    #pragma omp simd")
-            lines.append(f"{ind}    for (int64_t l = 0; l < {lanes}; ++l) {{")
-            lines.append(f"{ind}        int64_t i{last} = ib + l;")
-            lines += [f"{ind}        {b}" for b in body]
-            lines += [
-                f"{ind}        {self._acc_update(a, v, f, 'l', 'lane')}" for a, v, f in updates
-            ]
-            lines.append(f"{ind}    }}")
-            lines.append(f"{ind}}}")
+            step = [p for a, _, _ in updates for p in self._block_prologue(a)]
+            step += ["#pragma omp simd", f"for (int64_t l = 0; l < {lanes}; ++l) {{"]
+            step.append(f"    int64_t i{last} = ib + l;")
+            step += [f"    {b}" for b in body]
+            step += [f"    {self._acc_update(a, v, f, 'l', 'lane')}" for a, v, f in updates]
+            step.append("}")
+            lines += [ind + x for x in stepping_loop("ib", main, lanes, step, blocks)]
             if main < size:
                 lines.append(f"{ind}for (int64_t i{last} = {main}; i{last} < {size}; ++i{last}) {{")
                 lines += [f"{ind}    {b}" for b in body]
@@ -912,12 +961,10 @@ class CppKernel:
                 ]
                 lines.append(f"{ind}}}")
         else:
-            if not serial:  # scalar accumulators: only the memory accesses are independent
-                lines.append(f"{ind}#pragma {'GCC ivdep' if updates else 'omp simd'}")
-            lines.append(f"{ind}for (int64_t i{last} = 0; i{last} < {size}; ++i{last}) {{")
-            lines += [f"{ind}    {b}" for b in body]
-            lines += [f"{ind}    {self._acc_update(a, v, f, '0')}" for a, v, f in updates]
-            lines.append(f"{ind}}}")
+            # scalar accumulators: only the memory accesses are independent
+            pragma = "" if serial else f"#pragma {'GCC ivdep' if updates else 'omp simd'}"
+            step = [*body, *(self._acc_update(a, v, f, "0") for a, v, f in updates)]
+            lines += [ind + x for x in stepping_loop(f"i{last}", size, 1, step, blocks, pragma)]
         for d in reversed(range(depth - 1)):
             lines.append(f"{'    ' * d}}}")
         return ["{", *("    " + line for line in lines), "}"]

@@ -178,6 +178,18 @@ static inline void kiln_welford_combine(T& mean, T& m2, T& weight, T omean, T om
   m2 += om2 + delta * delta * weight * frac;
   weight = total;
 }
+// The total of L lanes added pairwise, halving the lanes each round (contiguous halves of a
+// static size, so each round vectorizes): error ~log2(L), not L.
+template <typename T, int L> static inline T kiln_pairwise_total(const T (&lanes)[L]) {
+  if constexpr (L == 1) {
+    return lanes[0];
+  } else {
+    constexpr int K = L - L / 2;  // lanes k < L / 2 take lane k + K
+    T half[K];
+    for (int k = 0; k < K; ++k) half[k] = k < L / 2 ? lanes[k] + lanes[k + K] : lanes[k];
+    return kiln_pairwise_total(half);
+  }
+}
 // Merge the L lane states of a vectorized block loop, which all saw `count` elements, into
 // (out_mean, out_m2, out_weight). Equal weights make Chan's pairwise combination closed-form:
 // the mean is the lanes' average and m2 adds count * the spread of the lane means, with no
@@ -185,13 +197,52 @@ static inline void kiln_welford_combine(T& mean, T& m2, T& weight, T omean, T om
 template <typename T, int L>
 static inline void kiln_welford_merge_lanes(const T (&mean)[L], const T (&m2)[L], T count,
                                             T& out_mean, T& out_m2, T& out_weight) {
-  T sum = 0, m2_sum = 0;
-  for (int l = 0; l < L; ++l) { sum += mean[l]; m2_sum += m2[l]; }
-  T avg = sum / T(L), spread = 0;
+  T avg = kiln_pairwise_total(mean) / T(L), m2_sum = kiln_pairwise_total(m2), spread = 0;
   for (int l = 0; l < L; ++l) { T d = mean[l] - avg; spread += d * d; }
   out_mean = avg;
   out_m2 = m2_sum + spread * count;
   out_weight = count * T(L);
+}
+// Blocked summation (codegen/cpp_blocked.py): a lane's accumulator takes a block of steps,
+// then moves into the lane's double total and restarts. Each float partial sum holds one block's
+// terms and the totals round like doubles, so the error no longer grows with the length. Only the
+// first n lanes are live (a column kernel's last block of outputs may fill fewer).
+template <typename T, int L>
+static inline void kiln_block_flush(T (&acc)[L], double (&total)[L], int64_t n) {
+  for (int64_t l = 0; l < n; ++l) { total[l] += acc[l]; acc[l] = T(0); }
+}
+template <typename T, int L>
+static inline void kiln_block_finish(T (&acc)[L], const double (&total)[L], int64_t n) {
+  for (int64_t l = 0; l < n; ++l) acc[l] = static_cast<T>(total[l] + acc[l]);
+}
+// Chan's combination of n lane states that hold `w` elements each into n that hold `tw` each:
+// the weights are shared by the lanes, so there is one division per call, not per lane.
+template <typename T, typename S, int L>
+static inline void kiln_welford_combine_lanes(T (&tmean)[L], T (&tm2)[L], T& tw,
+                                              const S (&mean)[L], const S (&m2)[L], S w,
+                                              int64_t n) {
+  if (w == S(0)) return;
+  T total = tw + T(w), frac = T(w) / total, cross = tw * frac;
+  for (int64_t l = 0; l < n; ++l) {
+    T delta = T(mean[l]) - tmean[l];
+    tmean[l] += delta * frac;
+    tm2[l] += T(m2[l]) + delta * delta * cross;
+  }
+  tw = total;
+}
+template <typename T, int L>
+static inline void kiln_block_welford_flush(T (&mean)[L], T (&m2)[L], T& w, double (&tmean)[L],
+                                            double (&tm2)[L], double& tw, int64_t n) {
+  kiln_welford_combine_lanes(tmean, tm2, tw, mean, m2, w, n);
+  for (int64_t l = 0; l < n; ++l) { mean[l] = T(0); m2[l] = T(0); }
+  w = T(0);
+}
+template <typename T, int L>
+static inline void kiln_block_welford_finish(T (&mean)[L], T (&m2)[L], T& w, double (&tmean)[L],
+                                             double (&tm2)[L], double& tw, int64_t n) {
+  kiln_welford_combine_lanes(tmean, tm2, tw, mean, m2, w, n);
+  for (int64_t l = 0; l < n; ++l) { mean[l] = T(tmean[l]); m2[l] = T(tm2[l]); }
+  w = T(tw);
 }
 // arg-reductions: NaN counts as the largest (and smallest) value; ties keep the first index.
 template <typename T> static inline void kiln_argmax_update(T& val, int64_t& idx, T v, int64_t i) {

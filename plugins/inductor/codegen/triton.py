@@ -14,7 +14,7 @@ loop over blocks with per-lane accumulators reduced at the end. Index math
 is the plan's index expressions over those two variables (``//`` and ``%``
 unflatten them), masked by ``xindex < xnumel`` and ``rindex < rnumel``.
 Values are computed in float32 for float16/bfloat16 storage; welford keeps
-(mean, m2, weight) per lane and merges them with ``tl.reduce``.
+(mean, m2, weight) per lane and merges the lanes with sums (Chan's formula).
 
 :class:`TritonOpsHandler` turns each op into one Triton expression (with
 common-subexpression elimination) and tracks which tile axes every value
@@ -40,6 +40,7 @@ from ..ir import GraphIR, Reduction
 from ..kernel_plan import KernelPlan, Segment
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import SchedulerNode
+from .triton_launch import launcher_for, use_triton_cache
 
 #: the largest inner extent a reduction handles in one block (larger: a loop over blocks)
 PERSISTENT_MAX = 1024
@@ -78,6 +79,10 @@ PRELUDE = '''\
 import triton
 import triton.language as tl
 
+from torchkiln_inductor.codegen.triton_libdevice import load_libdevice
+
+libdevice = load_libdevice(interpreted={interpreted})
+
 
 {round_bf16}
 
@@ -98,14 +103,6 @@ def kiln_prod(a, b):
 
 
 @triton.jit
-def kiln_welford_combine(mean1, m2_1, w1, mean2, m2_2, w2):
-    delta = mean2 - mean1
-    w = w1 + w2
-    frac = tl.where(w == 0.0, 0.0, w2 / tl.where(w == 0.0, 1.0, w))
-    return mean1 + delta * frac, m2_1 + m2_2 + delta * delta * w1 * frac, w
-
-
-@triton.jit
 def kiln_trunc(x):
     return tl.where(x < 0, tl.ceil(x), tl.floor(x))
 
@@ -117,13 +114,6 @@ def kiln_round(x):
     tie = (r - x) == 0.5
     odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
     return tl.where(tie & odd, r - 1.0, r)
-
-
-@triton.jit
-def kiln_tanh(x):
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(x < 0, -t, t)
 
 
 @triton.jit
@@ -155,17 +145,8 @@ def kiln_remainder(a, b):
 
 
 @triton.jit
-def kiln_pow_float(a, b):
-    r = tl.exp2(b * tl.log2(tl.abs(a)))
-    whole = b == tl.floor(b)
-    odd = whole & ((b - 2.0 * tl.floor(b * 0.5)) != 0.0)
-    r = tl.where((a < 0) & odd, -r, r)
-    r = tl.where((a < 0) & (~whole), float("nan"), r)
-    return tl.where(b == 0, 1.0, r)
-
-
-@triton.jit
 def kiln_pow_int(a, b):
+    """Square and multiply; a negative exponent gives 0 unless the base is 1 or -1 (as ATen)."""
     result = tl.full(a.shape, 1, a.dtype) + 0 * b
     base = a + 0 * b
     e = b + 0 * a
@@ -173,7 +154,9 @@ def kiln_pow_int(a, b):
         result = tl.where((e & 1) != 0, result * base, result)
         base = base * base
         e = e >> 1
-    return result
+    odd = (b & 1) != 0
+    negative = tl.where(a == 1, 1, tl.where(a == -1, tl.where(odd, -1, 1), 0))
+    return tl.where(b < 0, negative, result)
 '''
 
 
@@ -306,16 +289,22 @@ class TritonOpsHandler:
         ptr = self.kernel.param(name, written=False)
         dims = self.index_dims(index) | self._dims(*self.masks)
         mask = self.mask(dims)
-        text = f"tl.load({ptr} + ({self.index(index, dims)})"
+        offsets = self.index(index, dims)
+        if not dims:  # a [1, 1] block, as constants are: the interpreter mishandles scalars
+            offsets = f"{offsets} + tl.zeros([1, 1], tl.int32)"
+        text = f"tl.load({ptr} + ({offsets})"
         text += f", {mask}, other=0)" if mask else ")"
         dtype = self.kernel.graph.buffer(name).dtype
         if dtype in (torch.float16, torch.bfloat16):
             text += ".to(tl.float32)"
         return self.emit(text, dtype, dims)
 
-    def store(self, name: str, index: Expr, value: TritonValue) -> None:
+    def store(self, name: str, index: Expr, value: TritonValue, mode: str | None = None) -> None:
+        """``name[index] = value``; ``mode="add"`` (a scatter whose indices may repeat):
+        an atomic add."""
         ptr = self.kernel.param(name, written=True)
-        dims = self.index_dims(index) | value.dims
+        # a block of pointers, masked by xmask, even where the index is one element
+        dims = self.index_dims(index) | value.dims | {"x"}
         dtype = self.kernel.graph.buffer(name).dtype
         text = value.name
         if dtype == torch.bfloat16:
@@ -325,8 +314,12 @@ class TritonOpsHandler:
         if value.dims != dims:
             text = f"tl.broadcast_to({text}, {self.tile.shape(dims)})"
         mask = self.mask(dims)
-        tail = f", {mask})" if mask else ")"
-        self.kernel.line(f"tl.store({ptr} + ({self.index(index, dims)}), {text}{tail}")
+        target = f"{ptr} + ({self.index(index, dims)})"
+        if mode == "add":
+            tail = f", mask={mask}" if mask else ""
+            self.kernel.line(f"tl.atomic_add({target}, {text}{tail}, sem='relaxed')")
+        else:
+            self.kernel.line(f"tl.store({target}, {text}{f', {mask}' if mask else ''})")
 
     def constant(self, value: Any, dtype: torch.dtype) -> TritonValue:
         return self.emit(_literal(value, dtype), dtype, frozenset())
@@ -355,6 +348,23 @@ class TritonOpsHandler:
         if wrap:
             idx = self.emit(f"tl.where({idx} < 0, {idx} + {size}, {idx})", torch.int64, x.dims)
         return idx
+
+    def rand(self, seed_index: int, offset: Expr, dtype: torch.dtype) -> TritonValue:
+        return self._random("tl.rand", seed_index, offset)
+
+    def randn(self, seed_index: int, offset: Expr, dtype: torch.dtype) -> TritonValue:
+        return self._random("tl.randn", seed_index, offset)
+
+    def _random(self, fn: str, seed_index: int, offset: Expr) -> TritonValue:
+        """Philox at the element's ``offset``, keyed by the graph's seed number ``seed_index``
+        (float32, as every floating dtype computes; stores round it)."""
+        seed_buffer = self.kernel.graph.seed_buffer
+        assert seed_buffer is not None, "a random op without the graph's seeds"
+        seeds = self.kernel.param(seed_buffer.name, written=False)
+        seed = self.emit(f"tl.load({seeds} + {seed_index})", torch.int64, frozenset())
+        dims = self.index_dims(offset)
+        offsets = self.index(offset, dims) if dims else self.index(offset, frozenset("x"))
+        return self.emit(f"{fn}({seed}, {offsets})", torch.float32, dims or frozenset("x"))
 
     def masked(self, mask: TritonValue, result: TritonValue, other: Any) -> TritonValue:
         dims = mask.dims | result.dims
@@ -442,8 +452,28 @@ class TritonOpsHandler:
         return self._fn(helper + "({}, {})", a.dtype, a, b)
 
     def pow(self, a, b):
-        helper = "kiln_pow_float" if _floating(a.dtype) else "kiln_pow_int"
+        helper = "libdevice.pow" if _floating(a.dtype) else "kiln_pow_int"
         return self._fn(helper + "({}, {})", a.dtype, a, b)
+
+    def fmod(self, a, b):
+        # libdevice's fmod, as std::fmod; Triton's integer ``%`` keeps the dividend's sign
+        return self._fn(
+            "libdevice.fmod({}, {})" if _floating(a.dtype) else "({} % {})", a.dtype, a, b
+        )
+
+    def atan2(self, a, b):
+        return self._float_binary("atan2", a, b)
+
+    def hypot(self, a, b):
+        return self._float_binary("hypot", a, b)
+
+    def copysign(self, a, b):
+        return self._float_binary("copysign", a, b)
+
+    def _float_binary(self, name: str, a: TritonValue, b: TritonValue) -> TritonValue:
+        if not (_floating(a.dtype) and _floating(b.dtype)):
+            raise TypeError(f"ops.{name} needs floating values, got {a.dtype} and {b.dtype}")
+        return self._fn(f"libdevice.{name}({{}}, {{}})", a.dtype, a, b)
 
     def logical_and(self, a, b):
         return self._fn("(({} != 0) & ({} != 0))", torch.bool, a, b)
@@ -460,12 +490,12 @@ _UNARY_FLOAT = {
     "exp2": "tl.exp2({})",
     "log": "tl.log({})",
     "log2": "tl.log2({})",
-    "log10": "(tl.log({}) * 0.4342944819032518)",
+    "log10": "libdevice.log10({})",
     "sqrt": "tl.sqrt({})",
     "rsqrt": "tl.rsqrt({})",
     "sin": "tl.sin({})",
     "cos": "tl.cos({})",
-    "tanh": "kiln_tanh({})",
+    "tanh": "libdevice.tanh({})",
     "erf": "tl.erf({})",
     "sigmoid": "tl.sigmoid({})",
     "reciprocal": "(1.0 / {})",
@@ -474,11 +504,18 @@ _UNARY_FLOAT = {
     "round": "kiln_round({})",
     "trunc": "kiln_trunc({})",
     "frac": "({0} - kiln_trunc({0}))",
+    # libdevice (see :mod:`.triton_libdevice`)
+    **{
+        name: f"libdevice.{name}({{}})"
+        for name in (
+            *("expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh"),
+            *("asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma"),
+        )
+    },
 }
 _BINARY_SAME = {
     "add": "({} + {})",
     "sub": "({} - {})",
-    "fmod": "({} % {})",  # Triton's % keeps the dividend's sign (C fmod), for ints and floats
     "remainder": "kiln_remainder({}, {})",
     "maximum": "kiln_maximum({}, {})",
     "minimum": "kiln_minimum({}, {})",
@@ -537,8 +574,6 @@ _COMBINE = {
 _REDUCE = {
     "sum": "tl.sum({v}, 1)",
     "prod": "tl.reduce({v}, 1, kiln_prod)",
-    "max": "tl.reduce({v}, 1, kiln_maximum)",
-    "min": "tl.reduce({v}, 1, kiln_minimum)",
     "any": "tl.max({v}, 1)",
     "all": "tl.min({v}, 1)",
 }
@@ -669,13 +704,14 @@ class TritonKernel:
         """Emit each node's ops; pointwise ones store, reductions get accumulators."""
         accs: dict[tuple, _Accumulator] = {}
         for node in seg.nodes:
-            if node.is_scatter:
-                raise AssertionError("scatters run as aten calls on Triton devices")
             body = node.body_at(outer_vars, inner_vars)
             values: dict[Value, TritonValue] = {}
             handler.run(body.compute, values)
             store = body.store
             index = store.args[1]
+            if node.is_scatter:  # store(target, index, value[, mode]) into the target's storage
+                handler.store(store.args[0], index, values[store.args[2]], *store.args[3:])
+                continue
             reduction = body.reduction
             if reduction is None:
                 self._store(node, handler, index, values[store.args[2]])
@@ -737,11 +773,11 @@ class TritonKernel:
             self.line(f"{n[0]} = tl.sum({v}, 1)[:, None] / tl.maximum({n[2]}, 1.0)")
             self.line(f"{n[1]} = tl.where({m}, {acc.value} - {n[0]}, 0.0)")
             self.line(f"{n[1]} = tl.sum({n[1]} * {n[1]}, 1)[:, None]")
-        elif acc.rtype in ("argmax", "argmin"):
-            combine = "kiln_maximum" if acc.rtype == "argmax" else "kiln_minimum"
+        elif acc.rtype in ("argmax", "argmin", "max", "min"):
             self.line(f"{n[0]}_lanes = {v}")
-            self.line(f"{n[0]} = tl.reduce({n[0]}_lanes, 1, {combine})[:, None]")
-            self._pick_position(acc, f"{n[0]}_lanes", str(acc.position), m)
+            self.line(f"{n[0]} = {self._extreme(acc, f'{n[0]}_lanes')}[:, None]")
+            if acc.rtype in ("argmax", "argmin"):
+                self._pick_position(acc, f"{n[0]}_lanes", str(acc.position), m)
         else:
             self.line(f"{n[0]} = {_REDUCE[acc.rtype].format(v=v)}[:, None]")
 
@@ -785,18 +821,37 @@ class TritonKernel:
         """The per-lane accumulators reduced along r."""
         n = acc.names
         if acc.rtype == "welford":
+            # Chan's merge of all lanes at once: the weighted mean of the lane means, and m2
+            # plus each lane's weight times its mean's squared distance from it. Sums only:
+            # a tree on the GPU (the interpreter reduces lane after lane, which loses digits
+            # merging pairs of states), and no 3-tuple combine function.
+            mean, m2, weight = n
+            self.line(f"{weight}_row = tl.sum({weight}, 1)[:, None]")
             self.line(
-                f"{n[0]}, {n[1]}, {n[2]} = tl.reduce(({n[0]}, {n[1]}, {n[2]}), 1, kiln_welford_combine)"
+                f"{mean}_row = tl.sum({mean} * {weight}, 1)[:, None] / tl.maximum({weight}_row, 1.0)"
             )
-            for name in n:
-                self.line(f"{name} = {name}[:, None]")
-        elif acc.rtype in ("argmax", "argmin"):
-            combine = "kiln_maximum" if acc.rtype == "argmax" else "kiln_minimum"
+            self.line(f"{mean}_spread = {mean} - {mean}_row")
+            self.line(f"{m2} = tl.sum({m2} + {weight} * {mean}_spread * {mean}_spread, 1)[:, None]")
+            self.line(f"{mean}, {weight} = {mean}_row, {weight}_row")
+        elif acc.rtype in ("argmax", "argmin", "max", "min"):
             self.line(f"{n[0]}_lanes = {n[0]}")
-            self.line(f"{n[0]} = tl.reduce({n[0]}_lanes, 1, {combine})[:, None]")
-            self._pick_position(acc, f"{n[0]}_lanes", n[1], f"{n[1]} != {_NO_INDEX}")
+            self.line(f"{n[0]} = {self._extreme(acc, f'{n[0]}_lanes')}[:, None]")
+            if acc.rtype in ("argmax", "argmin"):
+                self._pick_position(acc, f"{n[0]}_lanes", n[1], f"{n[1]} != {_NO_INDEX}")
         else:
             self.line(f"{n[0]} = {_REDUCE[acc.rtype].format(v=n[0])}[:, None]")
+
+    @staticmethod
+    def _extreme(acc: _Accumulator, lanes: str) -> str:
+        """The row maximum (minimum) of ``lanes``: NaN where the row holds one, as in eager
+        (``tl.max`` alone may skip NaN)."""
+        fn = "tl.max" if acc.rtype in ("max", "argmax") else "tl.min"
+        if acc.value.dtype == torch.bool:
+            return f"({fn}({lanes}.to(tl.int32), 1) != 0)"
+        if not _floating(acc.value.dtype):
+            return f"{fn}({lanes}, 1)"
+        nan = f"tl.max(({lanes} != {lanes}).to(tl.int32), 1) != 0"
+        return f'tl.where({nan}, float("nan"), {fn}({lanes}, 1))'
 
     def _pick_position(self, acc: _Accumulator, lanes: str, positions: str, valid: str) -> None:
         """The first position whose value is the extreme (NaN counts as the extreme)."""
@@ -836,22 +891,6 @@ class KernelLaunch:
     meta: tuple[tuple[str, int], ...]
 
 
-class Launcher:
-    """Calls a ``@triton.jit`` function with a precomputed grid.
-
-    A first version: ``JITFunction.__call__`` binds arguments and looks up the
-    compiled kernel on every call (tens of microseconds); the lean launcher of
-    issue #16 item 4 replaces this class and nothing else.
-    """
-
-    def __init__(self, fn, launch: KernelLaunch):
-        self._call = fn[launch.grid]
-        self._meta = dict(launch.meta)
-
-    def __call__(self, *tensors: torch.Tensor) -> None:
-        self._call(*tensors, **self._meta)
-
-
 @dataclass(frozen=True)
 class TritonModule:
     """The Triton source of one graph's kernels and their launches; pickles for the plan cache."""
@@ -859,22 +898,27 @@ class TritonModule:
     source: str
     launches: tuple[KernelLaunch, ...]
 
-    def load(self) -> dict[str, Launcher]:
-        """Import the source (Triton reads a kernel's source from its file) and bind launchers."""
-        from torchkiln.plugin import cache_dir
+    def load(self) -> dict[str, Callable[..., None]]:
+        """Import the source (Triton reads a kernel's source from its file, written to a folder
+        of this process's own: one in the cache could hold someone else's code) and bind
+        launchers."""
+        from torchkiln.plugin import private_cache_dir, scratch_dir
 
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:24]
-        path = cache_dir() / "triton_src" / f"kiln_{digest}.py"
+        path = scratch_dir() / f"kiln_{digest}.py"
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(self.source)
-            tmp.replace(path)
+            path.write_text(self.source)
         spec = importlib.util.spec_from_file_location(path.stem, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return {k.name: Launcher(getattr(module, k.name), k) for k in self.launches}
+        root = private_cache_dir()  # Triton's cache holds libraries it loads: only a trusted one
+        if root is not None:
+            use_triton_cache(root)
+        return {
+            k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta))
+            for k in self.launches
+        }
 
 
 def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[TritonModule, dict]:
@@ -888,7 +932,8 @@ def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[Trito
         sources[name] = text.replace("KERNEL_NAME", name)
         by_step[kernel_name] = KernelLaunch(name, tuple(params), grid, tuple(meta.items()))
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    prelude = PRELUDE.replace("{round_bf16}", _ROUND_BF16[interpreted]).rstrip("\n")
+    prelude = PRELUDE.replace("{round_bf16}", _ROUND_BF16[interpreted])
+    prelude = prelude.replace("{interpreted}", str(interpreted)).rstrip("\n")
     source = "\n\n\n".join([prelude, *sources.values()]) + "\n"
     launches = {launch.name: launch for launch in by_step.values()}
     return TritonModule(source, tuple(launches.values())), by_step

@@ -142,8 +142,10 @@ class WrapperCodegen:
         for c in g.constants:
             self.namespace[c.name] = c.value
         if g.seed_buffer is not None:
+            where = g.seed_buffer.layout.device
+            device = "" if where.type == "cpu" else f", device={self.const(where)}"
             body.append(
-                f"seeds = torch.randint(-2**62, 2**62, ({g.num_seeds},), dtype=torch.int64)"
+                f"seeds = torch.randint(-2**62, 2**62, ({g.num_seeds},), dtype=torch.int64{device})"
             )
         last = self._last_reads()
         self._strided_reads = self._kernel_reads_and_views()

@@ -3,7 +3,10 @@
 Every (op, dtype, sample) becomes one aten graph; all graphs of a sweep are
 generated first and their kernels compiled in a single C++ translation unit
 (one compiler run), then each is run and compared with eager.
-Run as a script for a report: ``python tests/plugins/inductor/opinfo_sweep.py [--full]``.
+Run as a script for a report: ``python tests/plugins/inductor/opinfo_sweep.py [--full]
+[--triton] [--cuda]`` (``--triton``: CPU tensors through the Triton generator, run by its
+interpreter; ``--cuda``: CUDA tensors, so Triton on the GPU, in float32, bfloat16, float16
+and int64).
 """
 
 from __future__ import annotations
@@ -221,10 +224,10 @@ class SweepResult:
     fallback_only: set[str] = field(default_factory=set)
 
 
-def _cases(op, name: str, dtype, max_samples: int) -> list[Case]:
+def _cases(op, name: str, dtype, max_samples: int, device: str) -> list[Case]:
     cases = []
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:max_samples]
+        samples = list(op.sample_inputs(device, dtype, requires_grad=False))[:max_samples]
     except Exception:
         return []
     for sample in samples:
@@ -260,6 +263,8 @@ def sweep(
     dtypes=(torch.float32, torch.bfloat16, torch.int64),
     max_samples: int = 2,
     opt_level: str = "O1",
+    cpu_backend: str = "cpp",
+    device: str = "cpu",
 ) -> SweepResult:
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -273,10 +278,11 @@ def sweep(
             continue
         seen.add(full_name)
         for dtype in dtypes:
-            if dtype not in op.supported_dtypes("cpu"):
+            if dtype not in op.supported_dtypes(device):
                 continue
-            cases += _cases(op, full_name, dtype, max_samples if dtype == torch.float32 else 1)
-    options = InductorOptions(opt_level=opt_level)
+            samples = max_samples if dtype == torch.float32 else 1
+            cases += _cases(op, full_name, dtype, samples, device)
+    options = InductorOptions(opt_level=opt_level, cpu_backend=cpu_backend)
     ready = []
     for case in cases:
         try:
@@ -331,7 +337,13 @@ def sweep(
 
 def main() -> None:
     full = "--full" in sys.argv
-    res = sweep(None if full else CI_OPS)
+    backend = "triton" if "--triton" in sys.argv else "cpp"  # Triton's interpreter on CPU
+    names = None if full else CI_OPS
+    if "--cuda" in sys.argv:
+        dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.int64)
+        res = sweep(names, dtypes=dtypes, device="cuda")
+    else:
+        res = sweep(names, cpu_backend=backend)
     for (op, dtype), why in sorted(res.failed.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         print(f"FAIL {op} {dtype}: {why}")
     covered = sorted(set(res.passed) - res.fallback_only)

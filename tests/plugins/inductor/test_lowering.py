@@ -257,3 +257,18 @@ def test_fallback_random_matches_eager_exactly():
 def test_op_without_lowering_runs_as_aten_call():
     compiled = check(lambda x: torch.cumsum(x.exp(), 0) * 2, torch.randn(7, 3))
     assert compiled.fallbacks == {"aten.cumsum.default": "no lowering"}
+
+
+@pytest.mark.parametrize(
+    "dim, start, end, step",
+    [(1, 1, None, 2), (1, 3, 8, 3), (-1, -5, None, 2), (0, 1, 5, 4), (2, 2, 7, 2), (1, 0, 6, 5)],
+)
+def test_strided_slice_scatter_matches_eager(dim, start, end, step):
+    """Starts that are not a multiple of the step (Swin's patch merging, ``x[:, 1::2]``)."""
+    x = torch.randn(5, 8, 9)
+    src = torch.randn_like(x[(slice(None),) * (dim % 3) + (slice(start, end, step),)])
+
+    def fn(x, src):
+        return torch.ops.aten.slice_scatter(x * 2, src + 1, dim, start, end, step)
+
+    assert not check(fn, x, src).fallbacks

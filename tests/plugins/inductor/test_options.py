@@ -50,6 +50,14 @@ def test_unknown_option_is_rejected():
         parse_options({"cpp.bogus": 1})
 
 
+def test_compile_function_called_directly_checks_like_compile():
+    """The core's checker, not a copy: a bool is no thread count here either."""
+    with pytest.raises(InvalidOptionError, match=r"'cpp.threads' of backend 'inductor' expects"):
+        compile_graph(
+            torch.fx.symbolic_trace(lambda x: x + 1), [torch.randn(2)], **{"cpp.threads": True}
+        )
+
+
 def test_unimplemented_option_raises_not_implemented_yet():
     with pytest.raises(NotImplementedYet, match="max_autotune"):
         parse_options({"max_autotune": True})

@@ -1,5 +1,10 @@
 """Forward and backward graphs through the AOT layer match eager, gradients included."""
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
@@ -35,3 +40,51 @@ def test_inference_under_no_grad_matches_eager():
     with torch.no_grad():
         compiled = compile_graph(torch.fx.symbolic_trace(mlp), [x, *ps])
         torch.testing.assert_close(compiled(x, *ps)[0], mlp(x, *ps)[0], rtol=1e-4, atol=1e-4)
+
+
+def check_gradients(fn, *inputs, rtol=1e-4, atol=1e-4):
+    """A training step of ``fn`` under the inductor backend against eager: output and input
+    gradients."""
+    (out,) = compile_graph(torch.fx.symbolic_trace(fn), list(inputs))(*inputs)
+    (expected,) = fn(*inputs)
+    torch.testing.assert_close(out, expected, rtol=rtol, atol=atol)
+    grad = torch.randn_like(out)
+    actual = torch.autograd.grad(out, inputs, grad)
+    for a, e in zip(actual, torch.autograd.grad(expected, inputs, grad)):
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
+
+
+def test_strided_slices_backward_matches_eager():
+    """Their backward is a slice_scatter whose start is not a multiple of the step (Swin)."""
+
+    def fn(x):
+        merged = torch.cat([x[:, 0::2, 1::2], x[:, 1::2, 0::2]], -1) * 2
+        return (merged + x[:, 1:-1:3, -5::3].sum() + x[1:, -3::2, ::4].sum(),)
+
+    check_gradients(fn, torch.randn(3, 10, 12, requires_grad=True))
+
+
+def test_one_by_one_convolutions_that_stride_or_pad_have_eager_gradients():
+    """oneDNN's backward of such a convolution (RepVGG, ResNet downsampling) on channels-last
+    tensors gives wrong weight gradients and writes past its buffers: run it in a child
+    process, which that can crash."""
+    script = textwrap.dedent(
+        """
+        import torch, torch.nn.functional as F
+        from test_training import check_gradients
+
+        torch.manual_seed(0)
+        for c_in, c_out, size, stride, padding, groups in [
+            (3, 4, 32, 2, 0, 1), (3, 48, 64, 2, 0, 1), (4, 8, 16, 1, 1, 2), (6, 6, 15, 3, 0, 3)
+        ]:
+            check_gradients(
+                lambda x, w: (F.conv2d(x, w, None, stride, padding, 1, groups),),
+                torch.randn(2, c_in, size, size, requires_grad=True),
+                torch.randn(c_out, c_in // groups, 1, 1, requires_grad=True),
+            )
+        """
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script], cwd=Path(__file__).parent, capture_output=True, text=True
+    )
+    assert child.returncode == 0, child.stderr[-4000:]

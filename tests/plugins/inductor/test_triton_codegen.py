@@ -111,16 +111,6 @@ def test_reduction_of_half_precision_with_epilogue():
     torch.testing.assert_close(compiled(*args)[0], expected, atol=8e-3, rtol=1.6e-2)
 
 
-def test_what_triton_lacks_runs_as_aten_fallbacks():
-    def fn(x, idx, v):
-        return torch.log1p(x), x.index_put((idx,), v, accumulate=True), torch.rand_like(x) * 0
-
-    compiled = triton_check(fn, torch.rand(6, 3), torch.tensor([0, 2, 2]), torch.randn(3, 3))
-    assert "aten.log1p.default" in compiled.fallbacks
-    assert "aten.index_put.default" in compiled.fallbacks
-    assert any("rand" in op for op in compiled.fallbacks)
-
-
 def test_mlp_training_step_matches_eager():
     torch.manual_seed(0)
     model = torch.nn.Sequential(

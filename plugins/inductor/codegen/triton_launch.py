@@ -1,0 +1,94 @@
+"""Calling compiled Triton kernels: one launcher per kernel, chosen once at load.
+
+``JITFunction.__call__`` binds the arguments, recomputes their specialization and looks
+the compiled kernel up on every call: tens of microseconds, more than many of the
+kernels it launches. The kernels torchkiln generates have a fixed signature (tensor
+pointers, then block sizes as constexprs) and a grid fixed at compile time, so the only
+thing that can differ between two calls is whether each pointer is 16-byte aligned,
+which Triton specializes on. :class:`LeanLauncher` compiles once per alignment pattern
+(``JITFunction.warmup``) and then calls the compiled kernel's launcher directly, on the
+current CUDA stream. :class:`InterpretedLauncher` keeps the plain call for Triton's
+interpreter (CPU tensors, ``TRITON_INTERPRET=1``), where nothing is compiled.
+
+Written against Triton 3.6 (the GPU machine's) and 3.9 (pip's): their launchers take every
+bound argument, constexprs too, and differ only in how launch hooks are kept.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+#: Triton specializes a pointer on this divisibility (its ``tt.divisibility`` attribute)
+POINTER_ALIGNMENT = 16
+
+
+def use_triton_cache(cache_root) -> None:
+    """Keep Triton's compiled kernels beside torchkiln's other caches, unless the user
+    placed them (``TRITON_CACHE_DIR``), so that a second process loads them from disk."""
+    if "TRITON_CACHE_DIR" not in os.environ:
+        os.environ["TRITON_CACHE_DIR"] = str(cache_root / "triton")
+
+
+class InterpretedLauncher:
+    """``fn[grid](*tensors, **block_sizes)``: Triton's interpreter runs the kernel in Python."""
+
+    def __init__(self, fn, grid: tuple[int, ...], meta: dict[str, int]):
+        self._call = fn[grid]
+        self._meta = meta
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        self._call(*tensors, **self._meta)
+
+
+class LeanLauncher:
+    """A compiled kernel called through its launcher, with the grid and block sizes fixed."""
+
+    def __init__(self, fn, grid: tuple[int, ...], meta: dict[str, int]):
+        self._fn = fn
+        self._grid = grid
+        self._meta = meta
+        self._grid3 = (*grid, 1, 1)[:3]
+        self._constexprs = tuple(meta.values())
+        self._compiled: dict[tuple[bool, ...], tuple] = {}
+        from triton import knobs
+
+        self._hooks = knobs.runtime
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        aligned = tuple(t.data_ptr() % POINTER_ALIGNMENT == 0 for t in tensors)
+        entry = self._compiled.get(aligned)
+        if entry is None:
+            entry = self._compile(aligned, tensors)
+        kernel, run, function, packed, device = entry
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        args = (*tensors, *self._constexprs)
+        enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
+        # a profiler's hooks want the launch's metadata (Triton 3.9 keeps hooks in a chain)
+        metadata = kernel.launch_metadata(self._grid, stream, *args) if _any(enter) else None
+        run(*self._grid3, stream, function, packed, metadata, enter, leave, *args)
+
+    def _compile(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]) -> tuple:
+        """Compile for this alignment pattern (Triton's disk cache makes a repeat cheap)."""
+        kernel = self._fn.warmup(*tensors, grid=self._grid, **self._meta)
+        if hasattr(kernel, "result"):  # an asynchronous compile
+            kernel = kernel.result()
+        run = kernel.run  # loads the binary: ``function`` is set from here on
+        entry = (kernel, run, kernel.function, kernel.packed_metadata, tensors[0].device.index)
+        self._compiled[aligned] = entry
+        return entry
+
+
+def _any(hook) -> bool:
+    """Whether a launch hook is set: ``None`` or a callable before Triton 3.9, a chain after."""
+    return bool(getattr(hook, "calls", hook))
+
+
+def launcher_for(fn, grid: tuple[int, ...], meta: dict[str, int]):
+    """The launcher that fits ``fn``: interpreted under ``TRITON_INTERPRET=1``, lean otherwise."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if isinstance(fn, InterpretedFunction):
+        return InterpretedLauncher(fn, grid, meta)
+    return LeanLauncher(fn, grid, meta)
