@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from torchkiln import logs
+from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
 from torchkiln.aot.cache import ArtifactCodec, PlanCache
 from torchkiln.aot.fake import fake_mode_and_inputs
@@ -75,6 +75,9 @@ class _AOTCompiled:
         self.decompositions = decompositions
         self.partition_fn = partition_fn
         self.cache = cache
+        #: The compiled model's runtime wrappers (CUDA graphs, say), applied around each
+        #: compiled forward, backward and inference graph; kept out of the plan cache.
+        self.wrappers = runtime_wrappers.claim()
         self.plans: dict[tuple, tuple[GraphMeta, Any]] = {}
         self.enables_grad = any(
             node.target is torch._C._set_grad_enabled and node.args[0] for node in gm.graph.nodes
@@ -85,8 +88,17 @@ class _AOTCompiled:
         if key not in self.plans:
             with compile_lock:  # built at call time, maybe by several threads at once
                 if key not in self.plans:
-                    self.plans[key] = self._build(args, training=key[0] is not None)
+                    meta, plan = self._build(args, training=key[0] is not None)
+                    self.plans[key] = meta, self._with_wrappers(plan)
         return self.plans[key]
+
+    def _with_wrappers(self, plan: Any) -> Any:
+        if self.wrappers is None:
+            return plan
+        if isinstance(plan, TrainingPlan):
+            plan.wrappers = self.wrappers  # the backward is compiled later
+            return plan
+        return self.wrappers.wrap(plan, "inference")
 
     def _build(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
         key = self.cache.key(self.gm, list(args), training) if self.cache else None

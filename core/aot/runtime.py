@@ -53,6 +53,18 @@ class TrainingPlan:
     grad_inputs: tuple[int, ...]
     compiled_backward: Callable | None = field(default=None, repr=False)
     on_backward_compiled: Callable[[TrainingPlan], None] | None = field(default=None, repr=False)
+    #: The compiled model's runtime wrappers (``torchkiln.runtime_wrappers.AppliedWrappers``).
+    wrappers: Any = field(default=None, repr=False)
+    runners: dict[str, Callable] = field(default_factory=dict, repr=False)
+
+    def runner(self, kind: str, compiled: Callable) -> Callable:
+        """``compiled`` (the forward or the backward) inside the runtime wrappers, built once."""
+        if self.wrappers is None:
+            return compiled
+        runner = self.runners.get(kind)
+        if runner is None:
+            runner = self.runners[kind] = self.wrappers.wrap(compiled, kind)
+        return runner
 
     def backward(self, args: Sequence[torch.Tensor]) -> Callable:
         """The compiled backward, compiled on first use for the strides of ``args``."""
@@ -127,7 +139,7 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, plan: TrainingPlan, *args: torch.Tensor) -> tuple:
-        outputs = plan.forward(*args)
+        outputs = plan.runner("forward", plan.forward)(*args)
         fw_outs, saved = outputs[: plan.num_fwd_outputs], outputs[plan.num_fwd_outputs :]
         mutated = [args[i] for i in plan.meta.mutated_inputs]
         saved = [s.clone() if any(s is m for m in mutated) else s for s in saved]
@@ -146,7 +158,7 @@ class CompiledFunction(torch.autograd.Function):
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
             args = (*saved, *tangents)
-            got = plan.backward(args)(*args)
+            got = plan.runner("backward", plan.backward(args))(*args)
         grads: list = [None] * ctx.num_args
         for i, g in zip(plan.grad_inputs, got):
             grads[i] = g

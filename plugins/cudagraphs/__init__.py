@@ -1,11 +1,13 @@
-"""torchkiln_cudagraphs: CUDA graph capture and replay.
+"""torchkiln_cudagraphs: CUDA graph recording and replay, as a runtime wrapper and a backend.
 
-``cudagraphify(fn, example_inputs)`` is the reusable capture (the inductor
-plugin's mode="reduce-overhead" can wrap its compiled graphs with it); the
-``cudagraphs`` backend (``plugin.py``) applies it to the forward and
-backward graphs of ``torchkiln.aot``.
+``mode="reduce-overhead"`` asks the core for the ``cudagraphs`` runtime wrapper
+(``wrapper.py``), which puts a :class:`CudaGraphRunner` (``capture.py``) around each
+compiled graph of any backend; all graphs of a compiled model share one
+:class:`GraphPool` (``pool.py``). The ``cudagraphs`` backend (``plugin.py``) is
+``torchkiln.aot`` with that wrapper on.
 """
 
-from torchkiln_cudagraphs.capture import CudaGraphRunner, cudagraphify, why_not_capturable
+from torchkiln_cudagraphs.capture import CudaGraphRunner, why_not_capturable
+from torchkiln_cudagraphs.pool import GraphPool
 
-__all__ = ["CudaGraphRunner", "cudagraphify", "why_not_capturable"]
+__all__ = ["CudaGraphRunner", "GraphPool", "why_not_capturable"]

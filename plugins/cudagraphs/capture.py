@@ -1,25 +1,24 @@
-"""CUDA graph capture and replay of a function of CUDA tensors.
+"""CUDA graph recording and replay of one compiled callable.
 
-``cudagraphify(fn, example_inputs)`` returns a callable that behaves like
-``fn`` (called with tensors of the same sizes, dtypes and device) but, from
-its second call on, replays a recorded ``torch.cuda.CUDAGraph`` instead of
-launching each kernel from Python:
+:class:`CudaGraphRunner` behaves like the function it wraps and keeps one recording
+per *signature* of its inputs (sizes, strides, dtypes, devices, non-tensor values),
+at most ``MAX_RECORDINGS`` of them; beyond that, and for calls that cannot be
+recorded (CPU tensors, a synchronizing op), it runs the function as it is and says
+why once. Each recording (:class:`Recording`) goes through three calls:
 
-1. first call: ``fn`` runs eagerly (warm-up: lazy initialisation, autotuning,
-   allocator pools) and the address of every input is noted;
-2. second call: inputs still at the same address (parameters, buffers) are
-   *static*: the graph reads them in place, never copied. Every other input
-   gets a static buffer of its own; ``fn`` is recorded on those;
-3. every call from then on copies the non-static inputs into their buffers,
-   replays the graph, writes back inputs that ``fn`` mutates in place, and
-   returns *clones* of the outputs, so a result stays valid after the next
-   replay (as eager results do). A static input found at a new address is
-   copied from then on, and the graph is recorded again once for it.
+1. warm-up: the function runs eagerly (lazy initialisation, autotuning, allocator
+   pools), the address of every input is noted, and the inputs it writes to;
+2. record: inputs still at the same address (parameters, buffers) and outputs of the
+   model's recorded graphs (the saved values of a recorded forward) are *static*: the
+   graph reads them in place, never copied; every other input gets a buffer of its own. The function is recorded into the
+   compiled model's shared :class:`~torchkiln_cudagraphs.pool.GraphPool`, then replayed;
+3. replay: the non-static inputs are copied into their buffers, the graph replays,
+   inputs the function writes to get the new values, and the outputs are handed out
+   by the pool, which poisons them once a later replay overwrites them. A static
+   input found at a new address is copied from then on, and the graph recorded again.
 
-``fn`` runs under ``torch.no_grad()``: its outputs have no autograd history
-(the cudagraphs backend gets gradients by capturing the forward and the
-backward graphs of ``torchkiln.aot`` separately). Random ops draw from
-torch's CUDA generator, which replays advance, but not in eager's order.
+Random ops draw from torch's CUDA generator, which every replay advances (new
+numbers each call, as in eager, though not eager's numbers for a given seed).
 """
 
 from __future__ import annotations
@@ -29,50 +28,37 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
-from torchkiln.exc import KilnError
+from torchkiln_cudagraphs.pool import GraphPool
 
 log = logging.getLogger("torchkiln.cudagraphs")
 
+#: Recordings one runner keeps (one per input signature: dynamic shapes record each
+#: size they meet); calls with a new signature beyond this run without CUDA graphs.
+MAX_RECORDINGS = 8
 
-def why_not_capturable(example_inputs: Sequence[Any]) -> str | None:
-    """Why a graph with these inputs cannot be recorded, or ``None`` if it can."""
+
+def why_not_capturable(args: Sequence[Any]) -> str | None:
+    """Why a call with these arguments cannot be recorded, or ``None`` if it can."""
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False"
     devices = set()
-    for i, value in enumerate(example_inputs):
-        if not isinstance(value, torch.Tensor):
-            return f"input {i} is a {type(value).__name__}, not a tensor (dynamic shapes)"
-        if value.device.type != "cuda":
-            return f"input {i} is on {value.device}, not on a CUDA device"
-        if not all(isinstance(d, int) for d in value.shape):
-            return f"input {i} has symbolic sizes {tuple(value.shape)} (dynamic shapes)"
-        devices.add(value.device)
+    for i, value in enumerate(args):
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cuda":
+                return f"input {i} is on {value.device}, not on a CUDA device"
+            devices.add(value.device)
     if len(devices) > 1:
         return f"inputs are on several devices: {sorted(map(str, devices))}"
     return None
 
 
-def cudagraphify(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> CudaGraphRunner:
-    """``fn`` recorded into a CUDA graph on its second call and replayed afterwards.
-
-    ``fn(*tensors)`` must return a tuple or list (of tensors, or values
-    returned as they are); the runner returns a list.
-
-    ``example_inputs`` (real or fake tensors) give the sizes, dtypes and
-    device every call must have. Raises ``KilnError`` when they cannot be
-    captured: non-tensor or symbolic-size inputs, CPU inputs, or no CUDA.
-    """
-    reason = why_not_capturable(example_inputs)
-    if reason is None and not torch.cuda.is_available():
-        reason = "torch.cuda.is_available() is False"
-    if reason is not None:
-        raise KilnError(f"cannot record a CUDA graph: {reason}")
-    return CudaGraphRunner(fn, example_inputs)
-
-
-def _signature(t: torch.Tensor) -> tuple:
-    """Sizes, dtype and device ("cuda" and "cuda:<current>" are the same device)."""
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    return (tuple(t.shape), t.dtype, f"{t.device.type}:{index}")
+def signature(args: Sequence[Any]) -> tuple:
+    """What a recording is specialised on: tensors' layout and device, other values as they are."""
+    return tuple(
+        (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args
+    )
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -81,111 +67,178 @@ def _version(t: torch.Tensor) -> int | None:
 
 
 class CudaGraphRunner:
-    """The callable :func:`cudagraphify` returns (see the module docstring)."""
+    """``fn`` with its calls recorded into CUDA graphs and replayed (see the module docstring).
 
-    def __init__(self, fn: Callable[..., Any], example_inputs: Sequence[torch.Tensor]):
+    ``model`` is the compiled model's shared state: ``model.pool(device_index)`` and
+    ``model.eager_reasons``, the reasons already given for running without graphs.
+    """
+
+    def __init__(self, fn: Callable[..., Any], model: Any, kind: str):
         self.fn = fn
-        self.signatures = [_signature(t) for t in example_inputs]
-        self.first_addresses: list[int] | None = None
-        #: Inputs copied into static buffers on every call (the others are read in place).
-        self.copied_inputs: set[int] = set()
-        #: Inputs ``fn`` writes to (seen in the warm-up call through their version counters).
-        self.mutated_inputs: set[int] = set()
-        self.recordings = 0
+        self.model = model
+        self.kind = kind
+        #: A recording per input signature, or why calls with that signature run eagerly.
+        self.recordings: dict[tuple, Recording | str] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = signature(args)
+        recording = self.recordings.get(key)
+        if recording is None:
+            recording = self.recordings[key] = self._new_recording(args)
+        if isinstance(recording, str):
+            return self.run_eagerly(args, recording)
+        return recording(args)
+
+    def _new_recording(self, args: Sequence[Any]) -> Recording | str:
+        reason = why_not_capturable(args)
+        if reason is not None:
+            return reason
+        if sum(isinstance(r, Recording) for r in self.recordings.values()) >= MAX_RECORDINGS:
+            return f"it met more than {MAX_RECORDINGS} input signatures (sizes, strides)"
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        index = device.index if device is not None else None
+        device = torch.device("cuda", torch.cuda.current_device() if index is None else index)
+        return Recording(self, device, self.model.pool(device.index))
+
+    def run_eagerly(self, args: Sequence[Any], reason: str) -> Any:
+        """Run ``fn`` as it is; the first time the compiled model meets ``reason``, say why."""
+        if reason not in self.model.eager_reasons:
+            self.model.eager_reasons.add(reason)
+            log.warning("cudagraphs: a %s graph runs without CUDA graphs: %s", self.kind, reason)
+        return self.fn(*args)
+
+
+class Recording:
+    """One CUDA graph of a runner's function, for one signature of its inputs."""
+
+    def __init__(self, runner: CudaGraphRunner, device: torch.device, pool: GraphPool):
+        self.runner = runner
+        self.device = device
+        self.pool = pool
+        self.warm_addresses: list[int] | None = None
+        #: Inputs copied into buffers of their own on every call (the others are read in place).
+        self.copied: set[int] = set()
+        #: Inputs the function writes to (seen in the warm-up through their version counters).
+        self.mutated: set[int] = set()
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.static_inputs: list[torch.Tensor] = []
-        self.static_outputs: Any = None
+        self.order = -1
+        #: The copied inputs' buffers, and the addresses the graph reads the others at.
+        self.buffers: dict[int, torch.Tensor] = {}
+        self.addresses: list[int] = []
+        self.static_outputs: list[Any] = []
+        self.outputs_spec: pytree.TreeSpec | None = None
+        #: Outputs that are views of an input: output -> (input, element offset), rebuilt
+        #: as views of the caller's tensor.
+        self.input_views: dict[int, tuple[int, int]] = {}
         self.eager_reason: str | None = None
 
-    def __call__(self, *args: torch.Tensor) -> list:
-        self._check(args)
+    def __call__(self, args: Sequence[Any]) -> Any:
         if self.eager_reason is not None:
-            return self._run_eagerly(args)
-        if self.first_addresses is None:
+            return self.runner.run_eagerly(args, self.eager_reason)
+        if self.warm_addresses is None:
             return self._warm_up(args)
         if self.graph is None or self._static_input_moved(args):
             self._record(args)
             if self.eager_reason is not None:
-                return self._run_eagerly(args)
+                return self.runner.run_eagerly(args, self.eager_reason)
         return self._replay(args)
 
-    def _check(self, args: Sequence[torch.Tensor]) -> None:
-        if len(args) != len(self.signatures):
-            raise KilnError(
-                f"the CUDA graph was recorded for {len(self.signatures)} inputs, got {len(args)}"
-            )
-        for i, (arg, expected) in enumerate(zip(args, self.signatures)):
-            if not isinstance(arg, torch.Tensor) or _signature(arg) != expected:
-                got = _signature(arg) if isinstance(arg, torch.Tensor) else type(arg).__name__
-                raise KilnError(
-                    f"input {i} of a CUDA graph changed from (sizes, dtype, device) {expected} "
-                    f"to {got}; a recorded graph replays one set of sizes only"
-                )
-
-    def _run_eagerly(self, args: Sequence[torch.Tensor]) -> list:
-        with torch.no_grad():
-            return list(self.fn(*args))
-
-    def _warm_up(self, args: Sequence[torch.Tensor]) -> list:
-        versions = [_version(a) for a in args]
-        outputs = self._run_eagerly(args)
-        self.first_addresses = [a.data_ptr() for a in args]
-        self.mutated_inputs = {i for i, a in enumerate(args) if _version(a) != versions[i]}
+    def _warm_up(self, args: Sequence[Any]) -> Any:
+        versions = [_version(a) if isinstance(a, torch.Tensor) else None for a in args]
+        outputs = self.runner.fn(*args)
+        self.warm_addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in args]
+        self.mutated = {
+            i
+            for i, a in enumerate(args)
+            if isinstance(a, torch.Tensor) and _version(a) != versions[i]
+        }
         return outputs
 
-    def _static_input_moved(self, args: Sequence[torch.Tensor]) -> bool:
+    def _static_input_moved(self, args: Sequence[Any]) -> bool:
         moved = {
             i
-            for i, (arg, static) in enumerate(zip(args, self.static_inputs))
-            if i not in self.copied_inputs
-            and (arg.data_ptr() != static.data_ptr() or arg.stride() != static.stride())
+            for i, (arg, address) in enumerate(zip(args, self.addresses))
+            if isinstance(arg, torch.Tensor) and i not in self.copied and arg.data_ptr() != address
         }
         if moved:
             log.info("cudagraphs: inputs %s moved; copying them from now on", sorted(moved))
-            self.copied_inputs |= moved
+            self.copied |= moved
         return bool(moved)
 
-    def _record(self, args: Sequence[torch.Tensor]) -> None:
-        assert self.first_addresses is not None
-        self.static_inputs = []
-        for i, arg in enumerate(args):
-            if i in self.copied_inputs or arg.data_ptr() != self.first_addresses[i]:
-                self.copied_inputs.add(i)
-                # clone keeps dense strides, and makes overlapping ones contiguous.
-                arg = arg.detach().clone()
-            self.static_inputs.append(arg)
+    def _record(self, args: Sequence[Any]) -> None:
+        assert self.warm_addresses is not None
+        if self.graph is not None:
+            self.pool.overwrite_from(self.order)  # its outputs' memory goes back to the pool
         self.graph = None
-        self.static_outputs = None
+        self.copied |= {
+            i
+            for i, arg in enumerate(args)
+            if isinstance(arg, torch.Tensor)
+            and arg.data_ptr() != self.warm_addresses[i]
+            and not self.pool.owns(arg)
+        }
+        # clone: dense strides kept, overlapping ones made contiguous
+        self.buffers = {i: args[i].detach().clone() for i in self.copied}
+        inputs = [self.buffers.get(i, arg) for i, arg in enumerate(args)]
+        self.addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in inputs]
         graph = torch.cuda.CUDAGraph()
-        device = args[0].device if args else torch.device("cuda", torch.cuda.current_device())
-        generator = torch.cuda.default_generators[device.index or 0]
+        generator = torch.cuda.default_generators[self.device.index]
         rng_before = generator.clone_state()
         try:
             with (
-                torch.no_grad(),
-                torch.cuda.device(device),
-                torch.cuda.graph(graph, capture_error_mode="thread_local"),
+                torch.cuda.device(self.device),
+                torch.cuda.graph(graph, pool=self.pool.handle, capture_error_mode="thread_local"),
             ):
-                self.static_outputs = self.fn(*self.static_inputs)
+                outputs = self.runner.fn(*inputs)
         except Exception as e:
             # A failed recording leaves the CUDA generator marked as capturing, and every
             # later random op would fail: give it back its state from before the recording.
             generator.graphsafe_set_state(rng_before)
-            self.eager_reason = f"{type(e).__name__}: {e}"
-            log.warning(
-                "cudagraphs: recording failed (%s); running this graph eagerly", self.eager_reason
-            )
+            self.eager_reason = f"recording failed ({type(e).__name__}: {e})"
             return
+        self.static_outputs, self.outputs_spec = pytree.tree_flatten(outputs)
+        self._find_input_aliases(args, inputs)
         self.graph = graph
-        self.recordings += 1
+        self.order = self.pool.new_order(graph)
 
-    def _replay(self, args: Sequence[torch.Tensor]) -> list:
-        assert self.graph is not None
-        with torch.no_grad():
-            for i in self.copied_inputs:
-                if args[i].data_ptr() != self.static_inputs[i].data_ptr():
-                    self.static_inputs[i].copy_(args[i])
-            self.graph.replay()
-            for i in self.mutated_inputs & self.copied_inputs:
-                args[i].copy_(self.static_inputs[i])
-        return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.static_outputs]
+    def _find_input_aliases(self, args: Sequence[Any], inputs: Sequence[Any]) -> None:
+        """Outputs that alias inputs stay aliases of the caller's tensors, as in eager.
+
+        A copied input's buffer has the caller's strides unless the caller's tensor
+        overlaps itself; views of such a buffer are handed out like other outputs.
+        """
+        storages = {
+            s.untyped_storage().data_ptr(): i
+            for i, s in enumerate(inputs)
+            if isinstance(s, torch.Tensor)
+        }
+        self.input_views = {}
+        for k, out in enumerate(self.static_outputs):
+            if not isinstance(out, torch.Tensor):
+                continue
+            i = storages.get(out.untyped_storage().data_ptr())
+            if i is not None and args[i].stride() == inputs[i].stride():
+                self.input_views[k] = (i, out.storage_offset() - inputs[i].storage_offset())
+
+    def _replay(self, args: Sequence[Any]) -> Any:
+        assert self.graph is not None and self.outputs_spec is not None
+        for i, buffer in self.buffers.items():
+            buffer.copy_(args[i])
+        self.pool.overwrite_from(self.order)
+        self.graph.replay()
+        for i in self.mutated & self.copied:
+            args[i].copy_(self.buffers[i])
+        is_grad = self.runner.kind == "backward"
+        outputs = []
+        for k, out in enumerate(self.static_outputs):
+            if not isinstance(out, torch.Tensor):
+                outputs.append(out)
+            elif k in self.input_views:
+                i, offset = self.input_views[k]
+                base = args[i]
+                outputs.append(
+                    base.as_strided(out.shape, out.stride(), base.storage_offset() + offset)
+                )
+            else:
+                outputs.append(self.pool.hand_out(self.order, out, is_grad))
+        return pytree.tree_unflatten(outputs, self.outputs_spec)

@@ -1,38 +1,49 @@
-"""Entry point of the cudagraphs backend plugin.
+"""Entry point of the cudagraphs plugin: the ``cudagraphs`` runtime wrapper and backend.
 
-Each graph goes through ``torchkiln.aot.aot_autograd``; the forward graph
-and, for training, the backward graph are each recorded into a CUDA graph
-by :func:`torchkiln_cudagraphs.cudagraphify` and replayed on later calls.
-A graph that cannot be recorded (inputs on the CPU, dynamic shapes) runs
-eagerly instead, with one warning naming the reason.
+The runtime wrapper is what ``mode="reduce-overhead"`` (and inductor's
+``triton.cudagraphs`` option) applies around any backend's compiled graphs. The
+``cudagraphs`` backend is ``torchkiln.aot`` running its graphs as they are, with
+that wrapper turned on by its ``record`` option (default true).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
-from torchkiln.plugin import Backend, hookimpl
-
-log = logging.getLogger("torchkiln.cudagraphs")
+from torchkiln.plugin import Backend, Option, RuntimeWrapper, hookimpl
 
 
-def compile_aten_graph(gm, example_inputs) -> Callable:
-    """Record one functional aten graph, or run it eagerly when it cannot be recorded."""
-    from torchkiln_cudagraphs.capture import cudagraphify, why_not_capturable
-
-    reason = why_not_capturable(example_inputs)
-    if reason is not None:
-        log.warning("cudagraphs: running a graph eagerly: %s", reason)
-        return gm.forward
-    return cudagraphify(gm.forward, example_inputs)
+def run_as_is(gm, example_inputs) -> Callable:
+    """The graph compiler of the backend: the AOT graphs run as they are, then are recorded."""
+    return gm.forward
 
 
 def compile_graph(gm, example_inputs) -> Callable:
-    """The cudagraphs backend: forward and backward graphs each recorded and replayed."""
+    """The cudagraphs backend: forward and backward graphs, each recorded and replayed."""
     from torchkiln.aot import aot_autograd
 
-    return aot_autograd(fw_compiler=compile_aten_graph)(gm, example_inputs)
+    return aot_autograd(fw_compiler=run_as_is)(gm, example_inputs)
+
+
+def make_wrapper() -> Callable:
+    from torchkiln_cudagraphs.wrapper import make
+
+    return make()
+
+
+@hookimpl
+def torchkiln_runtime_wrappers() -> list[RuntimeWrapper]:
+    return [
+        RuntimeWrapper(
+            name="cudagraphs",
+            make=make_wrapper,
+            description=(
+                "records each compiled graph into a CUDA graph and replays it (one memory pool "
+                "per compiled model); graphs on the CPU run without, said once"
+            ),
+            modes=("reduce-overhead",),
+        )
+    ]
 
 
 @hookimpl
@@ -44,5 +55,15 @@ def torchkiln_backends() -> list[Backend]:
             description="records the graph into CUDA graphs and replays them (less launch overhead)",
             tags=("gpu-only",),
             device="cuda",
+            options=(
+                Option(
+                    "record",
+                    True,
+                    "record the graphs into CUDA graphs (False: run them as aot_eager does)",
+                    bool,
+                    runtime_wrapper="cudagraphs",
+                ),
+            ),
+            modes={"reduce-overhead": {"record": True}},
         )
     ]

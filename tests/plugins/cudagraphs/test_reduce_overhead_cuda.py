@@ -1,0 +1,201 @@
+"""mode="reduce-overhead" on the GPU: any backend's graphs recorded, results as eager's."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from cudagraphs_checks import requires_cuda
+
+import torchkiln
+
+pytestmark = requires_cuda
+
+BACKENDS = ["aot_eager", "inductor"]
+
+
+class Mlp(nn.Module):
+    def __init__(self, width: int = 32, graph_break: bool = False):
+        super().__init__()
+        self.first = nn.Sequential(nn.Linear(8, width), nn.GELU())
+        self.second = nn.Linear(width, 4)
+        self.graph_break = graph_break
+
+    def forward(self, x):
+        y = self.first(x)
+        if self.graph_break:
+            print("graph break")
+        return self.second(y)
+
+
+def cnn():
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(8 * 8 * 8, 3),
+    ), lambda: torch.randn(2, 3, 8, 8, device="cuda")
+
+
+def mlp(graph_break: bool):
+    return Mlp(graph_break=graph_break), lambda: torch.randn(6, 8, device="cuda")
+
+
+MODELS = {
+    "mlp": lambda: mlp(False),
+    "mlp_with_graph_break": lambda: mlp(True),
+    "cnn_batchnorm": cnn,
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_captures():
+    torchkiln.reset()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", MODELS)
+def test_training_steps_match_eager(backend: str, name: str):
+    model, make_input = MODELS[name]()
+    model = model.cuda()
+    reference = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend=backend, mode="reduce-overhead")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(5):  # warm-up, record, replays
+        optimizer.zero_grad()
+        reference_optimizer.zero_grad()
+        x = make_input()
+        actual, expected = compiled(x), reference(x)
+        torch.testing.assert_close(actual, expected)
+        cotangent = torch.randn_like(expected)
+        actual.backward(cotangent)
+        expected.backward(cotangent)
+        for (pname, p), ref in zip(model.named_parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, ref.grad, msg=f"gradient of {pname}")
+        for (bname, buf), ref in zip(model.named_buffers(), reference.buffers(), strict=True):
+            torch.testing.assert_close(buf, ref, msg=f"buffer {bname}")
+        optimizer.step()
+        reference_optimizer.step()
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "eager"])
+@pytest.mark.parametrize("name", MODELS)
+def test_inference_matches_eager(backend: str, name: str):
+    model, make_input = MODELS[name]()
+    model = model.cuda().eval()
+    compiled = torchkiln.compile(model, backend=backend, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            x = make_input()
+            torch.testing.assert_close(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_input_mutated_in_place_matches_eager(backend: str):
+    def add_in_place(x, y):
+        x.add_(y)
+        return x * 2
+
+    compiled = torchkiln.compile(add_in_place, backend=backend, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            x, y = torch.randn(5, device="cuda"), torch.randn(5, device="cuda")
+            expected_x = x.clone()
+            expected = add_in_place(expected_x, y)
+            torch.testing.assert_close(compiled(x, y), expected)
+            torch.testing.assert_close(x, expected_x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dropout_draws_new_masks_each_replay_and_backward_uses_them(backend: str):
+    def drop(x):
+        return F.dropout(x, p=0.5, training=True)
+
+    compiled = torchkiln.compile(drop, backend=backend, mode="reduce-overhead")
+    masks = []
+    for _ in range(4):
+        x = torch.rand(4096, device="cuda", requires_grad=True)
+        y = compiled(x)
+        y.backward(torch.ones_like(y))
+        mask = y != 0
+        torch.testing.assert_close(y, x.detach() * mask * 2)
+        torch.testing.assert_close(x.grad, mask * 2.0)
+        assert 0.4 < mask.float().mean().item() < 0.6
+        masks.append(mask)
+    assert not torch.equal(masks[2], masks[3])  # two replays
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_output_kept_across_calls_is_caught(backend: str):
+    compiled = torchkiln.compile(lambda x: x.sin() * 2, backend=backend, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(2):
+            compiled(torch.randn(16, device="cuda"))  # warm-up, record
+        x1, x2 = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
+        first = compiled(x1)
+        kept = first.clone()
+        second = compiled(x2)
+        with pytest.raises(
+            RuntimeError, match=r"later call of the compiled model has overwritten it.*clone"
+        ):
+            first.sum()
+    torch.testing.assert_close(kept, x1.sin() * 2)
+    torch.testing.assert_close(second, x2.sin() * 2)
+
+
+def test_cpu_model_under_reduce_overhead_runs_eagerly_and_says_so_once(caplog):
+    model = Mlp()
+    compiled = torchkiln.compile(model, backend="aot_eager", mode="reduce-overhead")
+    with caplog.at_level("WARNING", logger="torchkiln.cudagraphs"), torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(6, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert caplog.text.count("not on a CUDA device") == 1
+
+
+def _peak_reserved(step, steps: int) -> int:
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_reserved()
+
+
+class GraphBreak(nn.Module):
+    def forward(self, x):
+        print("graph break")
+        return x
+
+
+def test_training_graphs_share_one_pool_so_peak_memory_stays_near_eager():
+    """Forward and backward graphs on both sides of a graph break: four graphs, one pool."""
+    layers = [nn.Sequential(nn.Linear(1024, 1024), nn.GELU()) for _ in range(6)]
+    model = nn.Sequential(*layers[:3], GraphBreak(), *layers[3:]).cuda()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4096, 1024, device="cuda")
+
+    def train(m):
+        def step():
+            for p in m.parameters():
+                p.grad = None
+            m(x).sum().backward()
+
+        return step
+
+    eager = _peak_reserved(train(reference), 3)
+    for p in reference.parameters():
+        p.grad = None
+    compiled = torchkiln.compile(model, backend="aot_eager", mode="reduce-overhead")
+    for _ in range(2):  # warm-up, record
+        train(compiled)()
+    kiln = _peak_reserved(train(compiled), 3)
+    assert kiln <= 1.2 * eager, (
+        f"peak reserved {kiln / 2**20:.0f} MiB, eager {eager / 2**20:.0f} MiB"
+    )
