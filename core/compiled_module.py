@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -25,6 +26,16 @@ from torch.utils.hooks import BackwardHook
 def _forward_of(module: torch.nn.Module) -> Any:
     """What ``module.forward`` resolves to now: an instance attribute, else the class's."""
     return module.__dict__.get("forward") or type(module).forward
+
+
+def call_override(module: torch.nn.Module) -> Any:
+    """The ``__call__`` that ``module``'s class defines in place of ``nn.Module``'s, or None.
+
+    Calling the module runs it instead of the hooks and ``forward``, so that is what is
+    compiled (torch.compile compiles ``module.__call__`` too).
+    """
+    call = type(module).__call__
+    return None if call is torch.nn.Module.__call__ else call
 
 
 def has_call_hooks(module: torch.nn.Module) -> bool:
@@ -50,7 +61,9 @@ class CompiledModule(torch.nn.Module):
     original, as torch's ``OptimizedModule`` does, so compiled calls see the change
     (the capture's guards on the module recompile). The public ``nn.Module`` methods
     run on the original, its class's overrides included, and give back this wrapper
-    where they give back the module: ``compile(m).to(device)`` stays compiled.
+    where they give back the module: ``compile(m).to(device)`` stays compiled. Calling
+    a module whose class overrides ``__call__`` runs that override compiled, as calling
+    the module runs it eagerly.
     """
 
     def __init__(self, mod: torch.nn.Module, compile_forward: Callable[[Callable], Callable]):
@@ -60,9 +73,13 @@ class CompiledModule(torch.nn.Module):
         object.__setattr__(self, "_compile_forward", compile_forward)
         object.__setattr__(self, "_compiled_forward", compile_forward(mod.forward))
         object.__setattr__(self, "_compiled_from", _forward_of(mod))
+        object.__setattr__(self, "_compiled_call", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
+        override = call_override(mod)
+        if override is not None:
+            return self._compiled_override(override)(*args, **kwargs)
         if _forward_of(mod) is not self._compiled_from:
             self._recompile_forward()
         if has_call_hooks(mod):
@@ -92,6 +109,16 @@ class CompiledModule(torch.nn.Module):
 
     def __delattr__(self, name: str) -> None:
         delattr(self._orig_mod, name)
+
+    def _compiled_override(self, override: Callable) -> Callable:
+        """The class's ``__call__`` override bound to the original, compiled; compiled again
+        when the class's ``__call__`` is replaced."""
+        compiled = self._compiled_call
+        if compiled is None or compiled[0] is not override:
+            bound = types.MethodType(override, self._orig_mod)
+            compiled = (override, self._compile_forward(bound))
+            object.__setattr__(self, "_compiled_call", compiled)
+        return compiled[1]
 
     def _recompile_forward(self) -> None:
         """The original's ``forward`` was replaced (through this wrapper, on the module or on

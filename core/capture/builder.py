@@ -37,13 +37,17 @@ PURE_MODULES = {"math", "operator", "builtins", "_operator"}
 GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 
+#: Callables that run in the TorchScript runtime (``torch.jit.script``/``trace`` results).
+TORCHSCRIPT_TYPES = (torch._C.ScriptFunction, torch._C.ScriptMethod, torch.jit.ScriptModule)
+
+
 def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker:
     guards = out.guards
     if isinstance(value, torch.Tensor):
         if isinstance(value, torch.nn.Parameter) or type(value) is torch.Tensor:
             return out.add_input(value, source)
         raise Unsupported(f"tensor subclass {type(value).__name__}")
-    if isinstance(value, torch.nn.Module):
+    if isinstance(value, torch.nn.Module) and not isinstance(value, torch.jit.ScriptModule):
         if source:
             guards.module(source, value)
         return V.NNModuleVariable(value, source)
@@ -109,11 +113,9 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
         if source:
             guards.identity(source, value)
         return V.GradModeDecoratedVariable(mode, out.wrap(func, None))
-    if isinstance(value, types.BuiltinMethodType) and type(value.__self__) in (
-        list,
-        dict,
-        set,
-        collections.OrderedDict,
+    if isinstance(value, types.BuiltinMethodType) and (
+        type(value.__self__) in (list, dict, set, collections.OrderedDict)
+        or isinstance(value.__self__, torch.Tensor)
     ):
         if source:
             guards.type_is(source, types.BuiltinMethodType)
@@ -135,6 +137,30 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
     return _build_object(value, source)
 
 
+def _build_compiled(original: Any, source: str | None) -> V.VariableTracker:
+    """What ``torchkiln.compile`` wrapped, read inside a traced frame (``source`` is the wrapper).
+
+    A function or a torch or builtin callable is traced as itself. Any other callable
+    (a partial, a bound method, an object) has state that ``source`` cannot guard: calling
+    it breaks the graph and runs the compiled wrapper.
+    """
+    if isinstance(original, types.FunctionType) or _is_torch(original) or _is_builtin(original):
+        return _build_object(original, source)
+    return V.OpaqueVariable(original, source)
+
+
+def _build_torchscript(value: Any, source: str | None) -> V.VariableTracker:
+    """A script function is inlined as the Python function it was made from, which
+    ``torch.jit.script`` and ``torch.jit.trace`` keep as ``_torchdynamo_inline`` (torch.compile
+    inlines it too; reading it runs no TorchScript). Script modules and methods keep no
+    Python source: calling one breaks the graph and runs it natively."""
+    if isinstance(value, torch._C.ScriptFunction):
+        python_fn = getattr(value, "_torchdynamo_inline", None)
+        if isinstance(python_fn, types.FunctionType):
+            return V.UserFunctionVariable(python_fn, source)
+    return V.TorchScriptVariable(value, source)
+
+
 def _guard_by_type(value: Any) -> bool:
     return _is_user_object(value) or _is_opaque(value)
 
@@ -149,6 +175,8 @@ def _is_opaque(value: Any) -> bool:
 
 
 def _build_object(value: Any, source: str | None) -> V.VariableTracker:
+    if isinstance(value, TORCHSCRIPT_TYPES):
+        return _build_torchscript(value, source)
     if isinstance(value, types.ModuleType):
         return V.PythonModuleVariable(value, source)
     if isinstance(value, type):
@@ -156,9 +184,9 @@ def _build_object(value: Any, source: str | None) -> V.VariableTracker:
             return V.TorchFunctionVariable(value, source)
         return V.ClassVariable(value, source)
     if isinstance(value, types.FunctionType):
-        original = getattr(value, "_torchkiln_original", None)
-        if original is not None:
-            return V.UserFunctionVariable(original, source)
+        original = getattr(value, "_torchkiln_original", value)
+        if original is not value:
+            return _build_compiled(original, source)
         if _is_torch(value):
             return V.TorchFunctionVariable(value, source)
         return V.UserFunctionVariable(value, source)

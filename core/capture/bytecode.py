@@ -1,4 +1,4 @@
-"""A small disassembler/assembler for CPython 3.11 and 3.12 code objects.
+"""A small disassembler/assembler for CPython 3.11 to 3.13 code objects.
 
 ``disassemble(code)`` gives a list of ``Instr`` whose jump targets and
 exception handlers point at other ``Instr`` objects (not offsets), so code
@@ -9,23 +9,21 @@ inline caches until offsets are stable, then encodes the exception table
 instruction, line numbers only).
 
 Used to build resume functions (``resume.py``). Imports nothing outside
-the standard library, so ``tests/core/capture/test_bytecode.py`` can run
-under a Python that has no torch.
+the standard library but ``bytecode_compat`` (relatively, so that
+``tests/core/capture/test_bytecode.py`` can load both by path and run under a
+Python that has no torch).
 """
 
 from __future__ import annotations
 
 import dis
 import functools
-import sys
 import types
 from dataclasses import dataclass
 from typing import Any
 
-if sys.version_info < (3, 11) or sys.version_info >= (3, 13):
-    raise ImportError("torchkiln's bytecode assembler supports Python 3.11 and 3.12")
+from . import bytecode_compat as bc
 
-_CACHES = dis._inline_cache_entries  # type: ignore[attr-defined]
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 _CACHE = dis.opmap["CACHE"]
 _JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
@@ -133,10 +131,33 @@ def _parse_exception_table(table: bytes) -> list[tuple[int, int, int, int, bool]
         return entries
 
 
-def _size(instr: Instr, arg: int) -> int:
-    """Code units (2 bytes each) of ``instr`` with its prefixes and caches."""
+def _encode(opname: str, arg: int | tuple[int, int]) -> bytes:
+    """An instruction's bytes: ``EXTENDED_ARG`` prefixes, opcode and argument, inline caches.
+
+    A 3.13 superinstruction's argument is its two locals' indexes, packed in 4 bits each
+    where both fit; else it is written as the two instructions it fuses.
+    """
+    if isinstance(arg, tuple):
+        first, second = arg
+        if first > 15 or second > 15:
+            one, two = bc.SUPERINSTRUCTIONS[opname]
+            return _encode(one, first) + _encode(two, second)
+        arg = first << 4 | second
+    out = bytearray()
+    for shift in (24, 16, 8):
+        if arg > (1 << shift) - 1:
+            out += bytes([_EXTENDED_ARG, (arg >> shift) & 0xFF])
+    out += bytes([dis.opmap[opname], arg & 0xFF])
+    out += bytes([_CACHE, 0]) * bc.cache_entries(opname)
+    return bytes(out)
+
+
+def _size(instr: Instr, arg: int | tuple[int, int]) -> int:
+    """Code units (2 bytes each) of ``instr`` with its prefixes and caches (``_encode``'s)."""
+    if isinstance(arg, tuple):
+        return len(_encode(instr.opname, arg)) // 2
     prefixes = 0 if arg <= 0xFF else 1 if arg <= 0xFFFF else 2 if arg <= 0xFFFFFF else 3
-    return prefixes + 1 + _CACHES[instr.opcode]
+    return prefixes + 1 + bc.cache_entries(instr.opname)
 
 
 def assemble(
@@ -152,7 +173,7 @@ def assemble(
     """Lay ``instrs`` out as a code object shaped like ``template`` (consts, names, free vars)."""
     cells = [c for c in template.co_cellvars if c not in varnames]
     localsplus = list(varnames) + cells + list(template.co_freevars)
-    args = [_fixed_arg(i, varnames, localsplus) for i in instrs]
+    args = [_fixed_arg(i, localsplus) for i in instrs]
     while True:
         offset = 0
         for instr, arg in zip(instrs, args):
@@ -174,16 +195,9 @@ def assemble(
                 changed = True
         if not changed:
             break
-    code = bytearray()
-    for instr, arg in zip(instrs, args):
-        arg = arg or 0
-        for shift in (24, 16, 8):
-            if arg > (1 << shift) - 1:
-                code += bytes([_EXTENDED_ARG, (arg >> shift) & 0xFF])
-        code += bytes([instr.opcode, arg & 0xFF])
-        code += bytes([_CACHE, 0]) * _CACHES[instr.opcode]
+    code = b"".join(_encode(instr.opname, arg or 0) for instr, arg in zip(instrs, args))
     return template.replace(
-        co_code=bytes(code),
+        co_code=code,
         co_varnames=tuple(varnames),
         co_nlocals=len(varnames),
         co_argcount=argcount,
@@ -198,10 +212,14 @@ def assemble(
     )
 
 
-def _fixed_arg(instr: Instr, varnames: tuple[str, ...], localsplus: list[str]) -> int | None:
-    """The argument that does not depend on layout: locals and free variables by name."""
+def _fixed_arg(instr: Instr, localsplus: list[str]) -> int | tuple[int, int] | None:
+    """The argument that does not depend on layout: locals and free variables by name (3.13
+    reads a cell passed to a closure with ``LOAD_FAST``; its superinstructions name two)."""
     if instr.opcode in _LOCALS:
-        return varnames.index(instr.argval)
+        if isinstance(instr.argval, tuple):
+            first, second = instr.argval
+            return localsplus.index(first), localsplus.index(second)
+        return localsplus.index(instr.argval)
     if instr.opcode in _FREE:
         return localsplus.index(instr.argval)
     if instr.target is not None:

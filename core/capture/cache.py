@@ -37,6 +37,7 @@ from torchkiln.capture.signature import (
     default_argument,
     dispatch_source,
 )
+from torchkiln.capture.targets import frame_function
 from torchkiln.exc import NotImplementedYet, RecompileLimitExceeded
 
 log = logging.getLogger("torchkiln")
@@ -308,8 +309,9 @@ def optimize(
     """A callable that behaves like ``fn`` and runs captured graphs through ``compile_graph``.
 
     ``fn`` may be a function, a bound method (``self`` becomes the first
-    frame local, guarded by type when it is a module) or a callable
-    object (its ``__call__``). Tensors the frame reads are lifted as graph
+    frame local, guarded by type when it is a module), a callable
+    object (its ``__call__``) or any other callable, called from a frame
+    of its own (``targets``). Tensors the frame reads are lifted as graph
     inputs, parameters and buffers included: ``compile_graph(gm,
     example_inputs)`` gets their real values from the first call.
     """
@@ -319,17 +321,9 @@ def optimize(
         )
     cfg = config_for(compile_graph, fullgraph)
     target = getattr(fn, "_torchkiln_original", fn)
-    bound_self = None
-    if isinstance(target, types.MethodType):
-        bound_self, target = target.__self__, target.__func__
-    elif not isinstance(target, types.FunctionType) and callable(target):
-        call = getattr(type(target), "forward" if hasattr(target, "forward") else "__call__", None)
-        if isinstance(call, types.FunctionType):
-            bound_self, target = target, call
-    if not isinstance(target, types.FunctionType):
-        raise TypeError(
-            f"torchkiln can only compile Python functions, methods and callables, not {fn!r}"
-        )
+    if not callable(target):
+        raise TypeError(f"torchkiln can only compile callables, not {type(target).__name__}")
+    bound_self, target = frame_function(target)
     decorated = grad_mode_decorated(target)
     if decorated is not None:  # @torch.no_grad() and friends: the mode is set, then inner runs
         mode, inner = decorated

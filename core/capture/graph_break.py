@@ -25,6 +25,7 @@ uncompiled: the prefix is still compiled and the result is still right.
 
 from __future__ import annotations
 
+import inspect
 import operator
 import types
 import weakref
@@ -40,10 +41,10 @@ from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.resume import ITER, NULL, VALUE, handler_at, resume_code
 from torchkiln.capture.signature import params_text
-from torchkiln.compiled_module import has_call_hooks
+from torchkiln.compiled_module import call_override, has_call_hooks
 from torchkiln.exc import Unsupported
 
-_CALLS = ("CALL", "CALL_FUNCTION_EX")
+_CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION_EX")
 _JUMPS = ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE")
 
 
@@ -97,8 +98,16 @@ class CallThroughDispatch:
         from torchkiln.capture.cache import dispatcher
 
         target, bound = fn, ()
-        if isinstance(fn, torch.nn.Module) and not has_call_hooks(fn):
-            target, bound = type(fn).forward, (fn,)
+        if hasattr(fn, "_torchkiln_original"):  # compiled already: it dispatches itself
+            return fn(*args, **kwargs)
+        if isinstance(fn, torch.nn.Module):
+            # What calling the module runs, read from its class without running descriptors
+            # (a TorchScript module's ``forward`` is one, and runs natively).
+            override = call_override(fn)
+            if override is not None:
+                target, bound = override, (fn,)
+            elif not has_call_hooks(fn):
+                target, bound = inspect.getattr_static(type(fn), "forward", None), (fn,)
         elif isinstance(fn, types.MethodType):
             target, bound = fn.__func__, (fn.__self__,)
         module = getattr(target, "__module__", None) or ""
@@ -241,10 +250,18 @@ def _native_step(
             f"___r = format({value}, {slots[n - 1] if has_spec else repr('')})",
             True,
         )
+    if op == "CONVERT_VALUE":  # 3.13 splits FORMAT_VALUE into this and the two below
+        return n - 1, f"___r = {('str', 'repr', 'ascii')[inst.arg - 1]}({slots[-1]})", True
+    if op == "FORMAT_SIMPLE":
+        return n - 1, f"___r = format({slots[-1]})", True
+    if op == "FORMAT_WITH_SPEC":
+        return n - 2, f"___r = format({slots[-2]}, {slots[-1]})", True
     if op == "BUILD_STRING":
         return n - inst.arg, f"___r = ''.join([{', '.join(slots[n - inst.arg :])}])", True
     if op in _UNARY:
         return n - 1, f"___r = {_UNARY[op]}{slots[-1]}", True
+    if op == "TO_BOOL":
+        return n - 1, f"___r = bool({slots[-1]})", True
     if op == "LOAD_ATTR" and not bc.load_attr_is_method(inst):
         return n - 1, f"___r = {slots[-1]}.{inst.argval}", True
     if op == "STORE_ATTR":
@@ -265,8 +282,19 @@ def _native_step(
         "IS_OP": f"{a} {'is not' if inst.arg else 'is'} {b}",
     }
     if op in binary:
+        if op == "COMPARE_OP" and _jump_follows(tx):
+            return n - 2, f"___r = bool({binary[op]})", True
         return n - 2, f"___r = {binary[op]}", True
     return None
+
+
+def _jump_follows(tx: Any) -> bool:
+    """The next instruction jumps on the result: the resume function gets the ``bool`` that
+    the jump reads (3.13 compiles ``COMPARE_OP`` there to make one, and its jumps read nothing
+    else), not an object whose truth the translator cannot tell (numpy's ``bool_``)."""
+    if tx.ip + 1 >= len(tx.instructions):
+        return False
+    return bc.opname(tx.instructions[tx.ip + 1]) in _JUMPS
 
 
 _INPLACE = {
@@ -276,7 +304,8 @@ _INPLACE = {
 
 
 def _native_call(tx: Any, inst: Any, slots: list, caller: str) -> tuple[int, str]:
-    """(stack slots left below the call, the call expression) for ``CALL``/``CALL_FUNCTION_EX``."""
+    """(stack slots left below the call, the call expression) for ``CALL``, ``CALL_KW`` and
+    ``CALL_FUNCTION_EX``."""
     stack = tx.stack
     if bc.opname(inst) == "CALL_FUNCTION_EX":
         has_kwargs = bool(inst.arg & 1)
@@ -285,17 +314,25 @@ def _native_call(tx: Any, inst: Any, slots: list, caller: str) -> tuple[int, str
         top -= has_kwargs
         args, fn = slots[top], slots[top - 1]
         below = top - 1
-        if below > 0 and stack[below - 1] is V.NULL:
+        if stack[below] is V.NULL:  # callable, NULL (3.13)
+            fn = slots[below - 1]
+            below -= 1
+        elif below > 0 and stack[below - 1] is V.NULL:  # NULL, callable (3.11, 3.12)
             below -= 1
         return below, f"{caller}({fn}, *{args}{kwargs})"
+    names = tx.kw_names
+    if bc.opname(inst) == "CALL_KW":  # 3.13: the keyword names are on top of the stack
+        names = stack[-1].as_python_constant()
+        stack, slots = stack[:-1], slots[:-1]
     n = inst.arg
     base = len(stack) - n - 2
     args = slots[len(stack) - n :]
-    if stack[base] is V.NULL:
+    if stack[base] is V.NULL:  # NULL, callable (3.11, 3.12)
         fn = slots[base + 1]
+    elif stack[base + 1] is V.NULL:  # callable, NULL (3.13)
+        fn = slots[base]
     else:
         fn, args = slots[base], [slots[base + 1], *args]
-    names = tx.kw_names
     positional = args[: len(args) - len(names)]
     keywords = [f"{k}={v}" for k, v in zip(names, args[len(args) - len(names) :])]
     return base, f"{caller}({', '.join([fn, *positional, *keywords])})"

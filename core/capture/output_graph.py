@@ -25,7 +25,7 @@ import torch.fx
 from torchkiln.capture import variables as V
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import COST_GLOBAL_STATE, GuardSet
-from torchkiln.compiled_module import has_call_hooks
+from torchkiln.compiled_module import call_override, has_call_hooks
 from torchkiln.exc import Unsupported
 
 #: Tensor attributes that are themselves tensors (views), put in the graph as ``getattr``.
@@ -286,6 +286,8 @@ class OutputGraph:
         self, tx: Any, vt: V.NNModuleVariable, args: list, kwargs: dict
     ) -> V.VariableTracker:
         module = vt.value
+        if call_override(module) is not None:  # runs in place of the hooks and forward
+            return self.module_getattr(vt, "__call__", tx).call(tx, args, kwargs)
         if has_call_hooks(module):
             raise Unsupported(f"calling {type(module).__name__} that has hooks")
         src = vt.source

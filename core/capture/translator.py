@@ -1,4 +1,4 @@
-"""The symbolic interpreter: CPython 3.11/3.12 bytecode → torch.fx graph.
+"""The symbolic interpreter: CPython 3.11 to 3.13 bytecode → torch.fx graph.
 
 ``Translator`` executes a frame's instructions on variable trackers instead
 of values: torch operations become graph nodes, Python-only computation
@@ -164,6 +164,14 @@ class Translator:
 
     def push(self, vt: V.VariableTracker) -> None:
         self.stack.append(vt)
+
+    def push_callable(self, fn: V.VariableTracker, null: bool) -> None:
+        """Push ``fn``, with the NULL of a call without ``self`` beside it if ``null``."""
+        if null and bc.NULL_BELOW_CALLABLE:
+            self.push(V.NULL)
+        self.push(fn)
+        if null and not bc.NULL_BELOW_CALLABLE:
+            self.push(V.NULL)
 
     def pop(self) -> V.VariableTracker:
         return self.stack.pop()
@@ -443,7 +451,7 @@ class Translator:
         self.pop()
 
     def END_FOR(self, inst: dis.Instruction) -> None:
-        self.popn(2)
+        self.popn(bc.END_FOR_POPS)
 
     def COPY(self, inst: dis.Instruction) -> None:
         self.push(self.stack[-inst.arg])
@@ -461,6 +469,10 @@ class Translator:
             self.push(V.ValueVariable(value))
 
     def LOAD_FAST(self, inst: dis.Instruction) -> None:
+        cell = self.cells.get(inst.argval)
+        if cell is not None:  # a cell for a closure: 3.13 spells ``LOAD_CLOSURE`` so
+            self.push(cell)
+            return
         try:
             self.push(self.locals[inst.argval])
         except KeyError:
@@ -481,10 +493,15 @@ class Translator:
     def DELETE_FAST(self, inst: dis.Instruction) -> None:
         del self.locals[inst.argval]
 
+    def _superinstruction(self, inst: dis.Instruction) -> None:
+        """3.13's ``LOAD_FAST_LOAD_FAST`` and kin: the two instructions it fuses, in turn."""
+        for name, local in zip(bc.SUPERINSTRUCTIONS[inst.opname], inst.argval):
+            getattr(self, name)(inst._replace(opname=name, argval=local))
+
+    LOAD_FAST_LOAD_FAST = STORE_FAST_STORE_FAST = STORE_FAST_LOAD_FAST = _superinstruction
+
     def LOAD_GLOBAL(self, inst: dis.Instruction) -> None:
-        if bc.load_global_pushes_null(inst):
-            self.push(V.NULL)
-        self.push(self.load_global(inst.argval))
+        self.push_callable(self.load_global(inst.argval), bc.load_global_pushes_null(inst))
 
     def load_global(self, name: str) -> V.VariableTracker:
         override = self.output.global_overrides.get((id(self.f_globals), name))
@@ -543,9 +560,7 @@ class Translator:
 
     def LOAD_ATTR(self, inst: dis.Instruction) -> None:
         obj = self.pop()
-        if bc.load_attr_is_method(inst):
-            self.push(V.NULL)
-        self.push(self.getattr(obj, inst.argval))
+        self.push_callable(self.getattr(obj, inst.argval), bc.load_attr_is_method(inst))
 
     LOAD_METHOD = LOAD_ATTR
 
@@ -553,9 +568,8 @@ class Translator:
         obj = self.pop()
         cls = self.pop()
         self.pop()
-        if inst.arg & 1:
-            self.push(V.NULL)
-        self.push(V.SuperVariable(cls.value, obj).var_getattr(self, inst.argval))
+        attr = V.SuperVariable(cls.value, obj).var_getattr(self, inst.argval)
+        self.push_callable(attr, bool(inst.arg & 1))
 
     def STORE_ATTR(self, inst: dis.Instruction) -> None:
         obj = self.pop()
@@ -584,7 +598,17 @@ class Translator:
     def COMPARE_OP(self, inst: dis.Instruction) -> None:
         b = self.pop()
         a = self.pop()
-        self.push(self.binary_op(inst.argval, a, b))
+        result = self.binary_op(inst.argval, a, b)
+        self.push(self.to_bool(result) if bc.compare_to_bool(inst) else result)
+
+    def to_bool(self, value: V.VariableTracker) -> V.VariableTracker:
+        """``bool(value)``; a tensor stays as it is, for the jump that consumes it to break on."""
+        if isinstance(value, V.TensorVariable):
+            return value
+        return V.ConstantVariable(self.truth(value))
+
+    def TO_BOOL(self, inst: dis.Instruction) -> None:
+        self.push(self.to_bool(self.pop()))
 
     def _unary(self, fn: Any) -> None:
         value = self.pop()
@@ -755,18 +779,26 @@ class Translator:
     def FORMAT_VALUE(self, inst: dis.Instruction) -> None:
         flags = inst.arg
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
-        value = self.pop()
+        self.push(self._format(self.pop(), flags & 0x03, spec))
+
+    def _format(self, value: V.VariableTracker, conversion: int, spec: str) -> V.VariableTracker:
+        """``format(str|repr|ascii(value), spec)`` (``conversion`` 1, 2, 3; 0 for none)."""
         if isinstance(value, V.TensorVariable):
             raise Unsupported("formatting a tensor into a string needs its value")
         real = value.as_python_constant()
-        conversion = flags & 0x03
-        if conversion == 1:
-            real = str(real)
-        elif conversion == 2:
-            real = repr(real)
-        elif conversion == 3:
-            real = ascii(real)
-        self.push(V.ConstantVariable(format(real, spec)))
+        if conversion:
+            real = (str, repr, ascii)[conversion - 1](real)
+        return V.ConstantVariable(format(real, spec))
+
+    def CONVERT_VALUE(self, inst: dis.Instruction) -> None:
+        self.push(self._format(self.pop(), inst.arg, ""))
+
+    def FORMAT_SIMPLE(self, inst: dis.Instruction) -> None:
+        self.push(self._format(self.pop(), 0, ""))
+
+    def FORMAT_WITH_SPEC(self, inst: dis.Instruction) -> None:
+        spec = self.pop().as_python_constant()
+        self.push(self._format(self.pop(), 0, spec))
 
     def LIST_APPEND(self, inst: dis.Instruction) -> None:
         value = self.pop()
@@ -870,8 +902,7 @@ class Translator:
             return
         self.pop()
         self.jump(inst.argval)
-        if bc.for_iter_exit_skips_end_for():
-            self.ip += 1
+        self.ip += bc.for_iter_exit_skip()
 
     def RETURN_VALUE(self, inst: dis.Instruction) -> None:
         self.return_value = self.pop()
@@ -909,9 +940,11 @@ class Translator:
         args = self.popn(inst.arg)
         b = self.pop()
         a = self.pop()
-        if a is V.NULL:
+        if a is V.NULL:  # NULL, callable (3.11, 3.12)
             fn = b
-        else:
+        elif b is V.NULL:  # callable, NULL (3.13)
+            fn = a
+        else:  # a method and its self
             fn, args = a, [b, *args]
         kwargs = {}
         if self.kw_names:
@@ -921,11 +954,18 @@ class Translator:
             self.kw_names = ()
         self.push(self.call_function(fn, args, kwargs))
 
+    def CALL_KW(self, inst: dis.Instruction) -> None:
+        """3.13: the keyword names are on the stack, above the arguments."""
+        self.kw_names = self.pop().as_python_constant()
+        self.CALL(inst)
+
     def CALL_FUNCTION_EX(self, inst: dis.Instruction) -> None:
         kwargs_vt = self.pop() if inst.arg & 1 else None
         args_vt = self.pop()
         fn = self.pop()
-        if self.stack and self.stack[-1] is V.NULL:
+        if fn is V.NULL:  # callable, NULL (3.13)
+            fn = self.pop()
+        elif self.stack and self.stack[-1] is V.NULL:  # NULL, callable (3.11, 3.12)
             self.pop()
         args = self.unpack_iterable(args_vt)
         kwargs = {}
@@ -936,14 +976,27 @@ class Translator:
         self.push(self.call_function(fn, args, kwargs))
 
     def MAKE_FUNCTION(self, inst: dis.Instruction) -> None:
-        code = self.pop().value
-        flags = inst.arg
-        closure = tuple(self.pop().items) if flags & 0x08 else None
-        if flags & 0x04:
-            self.pop()
-        kwdefaults = {k: v for k, v in self.pop().items.items()} if flags & 0x02 else None
-        defaults = tuple(self.pop().items) if flags & 0x01 else None
-        self.push(V.NestedFunctionVariable(code, defaults, kwdefaults, closure, self.f_globals))
+        fn = V.NestedFunctionVariable(self.pop().value, None, None, None, self.f_globals)
+        for flag in bc.make_function_flags(inst):
+            self._set_function_attribute(fn, flag, self.pop())
+        self.push(fn)
+
+    def SET_FUNCTION_ATTRIBUTE(self, inst: dis.Instruction) -> None:
+        fn = self.pop()
+        self._set_function_attribute(fn, inst.arg, self.pop())
+        self.push(fn)
+
+    def _set_function_attribute(
+        self, fn: V.NestedFunctionVariable, flag: int, value: V.VariableTracker
+    ) -> None:
+        """One of ``MAKE_FUNCTION``'s flags: 8 closure, 4 annotations (unused), 2 keyword
+        defaults, 1 defaults."""
+        if flag == 0x08:
+            fn.closure = tuple(self.unpack_iterable(value))
+        elif flag == 0x02:
+            fn.kwdefaults = dict(value.items)
+        elif flag == 0x01:  # a constant tuple when every default is a constant
+            fn.defaults = tuple(self.unpack_iterable(value))
 
     def BEFORE_WITH(self, inst: dis.Instruction) -> None:
         ctx = self.pop()

@@ -60,6 +60,15 @@ class VariableTracker:
         return IteratorVariable(self.unpack(tx))
 
     def truth(self, tx: Translator) -> bool:
+        """Python's rule for an object whose type defines neither ``__bool__`` nor ``__len__``:
+        true. Trackers that know their value override this; for the rest it can't be told
+        without running Python, so the graph breaks."""
+        try:
+            cls = self.python_type()
+        except Unsupported:
+            raise Unsupported(f"bool() of {self.describe()}") from None
+        if _defines_truth(cls):
+            raise Unsupported(f"bool() of {self.describe()}: its type defines __bool__ or __len__")
         return True
 
     def describe(self) -> str:
@@ -543,6 +552,9 @@ class IteratorVariable(VariableTracker):
         self.items = items
         self.index = 0
 
+    def truth(self, tx: Translator) -> bool:
+        return True  # iterators define no ``__bool__`` or ``__len__``
+
     def python_type(self) -> type:
         return type(iter([]))
 
@@ -901,6 +913,17 @@ class OpaqueVariable(ValueVariable):
         return OpaqueAttributeVariable(self, name)
 
 
+class TorchScriptVariable(OpaqueVariable):
+    """A ``torch.jit`` module, method or function kept without its Python source."""
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        raise Unsupported(
+            f"calling TorchScript {type(self.value).__name__}: it runs in the TorchScript "
+            "runtime, not in Python, so it is called natively; compile the original Python "
+            "module or function to trace it"
+        )
+
+
 class OpaqueAttributeVariable(VariableTracker):
     """``opaque.name``: rebuilt as that expression when a graph break needs it."""
 
@@ -1144,6 +1167,13 @@ class UserObjectVariable(ValueVariable):
             )
         raise Unsupported(f"{self.describe()} has no attribute {name!r}")
 
+    def truth(self, tx: Translator) -> bool:
+        """``bool(obj)`` as Python computes it: ``__bool__``, else ``__len__``, else true."""
+        for name in ("__bool__", "__len__"):
+            if _class_lookup(self.cls, name) is not _MISSING:
+                return tx.truth(tx.call_function(tx.getattr(self, name), [], {}))
+        return True
+
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         call = _class_lookup(self.cls, "__call__")
         if not isinstance(call, types.FunctionType):
@@ -1164,6 +1194,15 @@ def _class_lookup(cls: type, name: str) -> Any:
         if name in klass.__dict__:
             return klass.__dict__[name]
     return _MISSING
+
+
+def _defines_truth(cls: type) -> bool:
+    """Whether ``bool()`` of an instance runs the class's ``__bool__`` or ``__len__``."""
+    return any(_class_lookup(cls, name) is not _MISSING for name in ("__bool__", "__len__"))
+
+
+#: containers whose length is their number of children (a module's children are guarded)
+_CHILD_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
 class NNModuleVariable(ValueVariable):
@@ -1196,6 +1235,15 @@ class NNModuleVariable(ValueVariable):
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         return tx.output.module_children(self)
+
+    def truth(self, tx: Translator) -> bool:
+        cls = type(self.value)
+        len_fn = _class_lookup(cls, "__len__")
+        if _class_lookup(cls, "__bool__") is _MISSING and any(
+            len_fn is c.__len__ for c in _CHILD_CONTAINERS
+        ):
+            return bool(self.unpack(tx))
+        return super().truth(tx)
 
 
 class GradModeVariable(VariableTracker):

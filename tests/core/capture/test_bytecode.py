@@ -1,25 +1,25 @@
-"""The bytecode assembler (``torchkiln.capture.bytecode``) on the running Python (3.11 or 3.12).
+"""The bytecode assembler (``torchkiln.capture.bytecode``) on the running Python (3.11 to 3.13).
 
 Needs no torch: run it under pytest, or as a script with any supported
 Python, e.g. ``/root/.pyenv/versions/3.12.1/bin/python tests/core/capture/test_bytecode.py``.
 """
 
-import importlib.util
+import importlib
 import inspect
 import pathlib
 import sys
 import types
 
-_PATH = pathlib.Path(__file__).resolve().parents[3] / "core" / "capture" / "bytecode.py"
+_CAPTURE = pathlib.Path(__file__).resolve().parents[3] / "core" / "capture"
 
 
 def _load_bytecode_module() -> types.ModuleType:
-    """Load the module by path, so that the package (and torch) is not imported."""
-    spec = importlib.util.spec_from_file_location("kiln_bytecode_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """Load the assembler (and ``bytecode_compat``, which it imports relatively) from a stand-in
+    package over ``core/capture``, so that ``torchkiln`` (and torch) is not imported."""
+    package = types.ModuleType("kiln_capture_under_test")
+    package.__path__ = [str(_CAPTURE)]
+    sys.modules[package.__name__] = package
+    return importlib.import_module(f"{package.__name__}.bytecode")
 
 
 bc = _load_bytecode_module()
@@ -145,6 +145,27 @@ def test_backward_jumps_are_recomputed_when_a_loop_grows_past_255_code_units():
     grown = instrs[: body + 1] + [bc.Instr("NOP") for _ in range(400)] + instrs[body + 1 :]
     new = bc.assemble(grown, code, varnames=code.co_varnames, argcount=1, name="grown")
     assert types.FunctionType(new, {})(10) == 45
+
+
+def swaps_and_adds(x):
+    a, b = x + 1, x + 2  # 3.13: STORE_FAST_STORE_FAST
+    c = a * b  # 3.13: LOAD_FAST_LOAD_FAST
+    return [q - c for q in (a, b)]  # 3.13: STORE_FAST_LOAD_FAST (storing q, loading it)
+
+
+def test_two_locals_in_one_instruction_are_split_when_moved_past_index_15():
+    """3.13 packs the two locals of ``LOAD_FAST_LOAD_FAST`` and kin in 4 bits each: a resume
+    function that puts new arguments first must write them as two instructions."""
+    code = swaps_and_adds.__code__
+    padding = tuple(f"arg{k}" for k in range(16))
+    new = bc.assemble(
+        bc.disassemble(code),
+        code,
+        varnames=(*padding, *code.co_varnames),
+        argcount=17,
+        name="shifted",
+    )
+    assert types.FunctionType(new, {})(*range(16), 3) == swaps_and_adds(3)
 
 
 if __name__ == "__main__":

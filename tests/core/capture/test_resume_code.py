@@ -1,36 +1,21 @@
 """Resume code objects (``torchkiln.capture.resume``) built and run on the running Python.
 
-Needs no torch: run it under pytest, or as a script with Python 3.12, e.g.
+Needs no torch: run it under pytest, or as a script with Python 3.12 or 3.13, e.g.
 ``/root/.pyenv/versions/3.12.1/bin/python tests/core/capture/test_resume_code.py``.
 """
 
 import dis
-import importlib.util
 import pathlib
 import sys
 import types
 
-_CAPTURE = pathlib.Path(__file__).resolve().parents[3] / "core" / "capture"
+if "torchkiln" not in sys.modules:  # a script: stand-in packages over core/, so no torch
+    _core = pathlib.Path(__file__).resolve().parents[3] / "core"
+    for _name, _path in (("torchkiln", _core), ("torchkiln.capture", _core / "capture")):
+        sys.modules[_name] = types.ModuleType(_name)
+        sys.modules[_name].__path__ = [str(_path)]
 
-
-def _load(name: str, filename: str) -> types.ModuleType:
-    """Load a capture module by path under its package name, without importing the package."""
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(
-        _CAPTURE / filename
-    ):
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _CAPTURE / filename)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-if "torchkiln" in sys.modules:  # under pytest the package is importable: use it as is
-    from torchkiln.capture import resume
-else:
-    _load("torchkiln.capture.bytecode", "bytecode.py")
-    resume = _load("torchkiln.capture.resume", "resume.py")
+from torchkiln.capture import resume
 
 
 def offset_of(code, opname, argval=None, nth=0):
