@@ -9,7 +9,6 @@ core hands every captured graph to.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import logging
 from collections.abc import Callable, Mapping
@@ -21,9 +20,16 @@ import torch
 from torchkiln import config
 from torchkiln.compiled_module import CompiledModule
 from torchkiln.disk_cache import Uncacheable, stable_name
-from torchkiln.exc import BackendCompilerFailed, InvalidOptionError, NotImplementedYet
-from torchkiln.plugin import MODES, Backend
-from torchkiln.registry import ensure_usable, lookup_backend
+from torchkiln.exc import BackendCompilerFailed, InvalidOptionError
+from torchkiln.options import check_options, did_you_mean, option_mapping
+from torchkiln.plugin import MODE_DESCRIPTIONS, MODES, Backend
+from torchkiln.registry import (
+    ensure_usable,
+    lookup_backend,
+    lookup_runtime_wrapper,
+    runtime_wrappers_for_mode,
+)
+from torchkiln.runtime_wrappers import AppliedWrappers, compile_wrapped
 
 log = logging.getLogger("torchkiln")
 
@@ -35,15 +41,31 @@ class GraphCompiler:
     Errors raised by the backend become ``BackendCompilerFailed`` naming the
     backend and the graph, or, with ``config.suppress_errors``, a logged
     fallback that runs the graph eagerly.
+
+    ``runtime_wrappers`` name the wrappers (CUDA graphs, say) applied around
+    every graph the backend compiles; their state is shared by those graphs
+    (and by other compile calls with equal settings, which share captures too).
     """
 
     name: str
     compile_fn: Callable[..., Callable]
     options: dict[str, Any] = field(default_factory=dict)
+    runtime_wrappers: tuple[str, ...] = ()
+    applied: AppliedWrappers | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.runtime_wrappers and self.applied is None:
+            self.applied = AppliedWrappers(
+                [lookup_runtime_wrapper(name) for name in self.runtime_wrappers]
+            )
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         try:
-            return self.compile_fn(gm, example_inputs, **self.options)
+            return compile_wrapped(
+                self.applied,
+                self.name,
+                lambda: _callable(self.compile_fn(gm, example_inputs, **self.options)),
+            )
         except Exception as e:
             graph_text = gm.print_readable(print_output=False)
             if config.suppress_errors:
@@ -70,7 +92,19 @@ class GraphCompiler:
         options = sorted(self.options.items())
         if not _is_plain(options):
             return None
-        return f"{self.name}|{name}|{options!r}"
+        wrappers = f"|{','.join(self.runtime_wrappers)}" if self.runtime_wrappers else ""
+        return f"{self.name}|{name}|{options!r}{wrappers}"
+
+
+def _callable(compiled: Any) -> Callable:
+    """A compile function's result, once it is something the captured code can call."""
+    if not callable(compiled):
+        raise TypeError(
+            f"its compile function returned {type(compiled).__name__} ({compiled!r:.80}), "
+            "not a callable; a backend must return the compiled graph as a callable "
+            "(gm.forward runs it as it is)"
+        )
+    return compiled
 
 
 def _is_plain(value: Any) -> bool:
@@ -130,13 +164,37 @@ def _wrap(
     compile_fn = functools.partial(
         optimize, compile_graph=graph_compiler, fullgraph=fullgraph, dynamic=dynamic
     )
+    if isinstance(model, torch.jit.ScriptModule):
+        log.warning(
+            "torchkiln.compile: %s is a TorchScript module, which runs in the TorchScript "
+            "runtime, not in Python: it runs as it is; compile the original nn.Module to trace it",
+            type(model).__name__,
+        )
+        return model
     if isinstance(model, torch.nn.Module):
         return CompiledModule(model, compile_fn)
     if not callable(model):
         raise TypeError(
             f"torchkiln.compile expects a function or nn.Module, got {type(model).__name__}"
         )
+    if isinstance(model, functools._lru_cache_wrapper):
+        return _compile_cached(model, compile_fn)
     return compile_fn(model)
+
+
+def _compile_cached(model: Any, compile_fn: Callable[[Callable], Callable]) -> Callable:
+    """An ``lru_cache`` wrapper: its function compiled, behind a cache of the same size.
+
+    A cache hit returns the very object an earlier call returned (which the caller may have
+    changed in place), so the cache stays in front of the compiled function; it is a new
+    cache, since a cache's function cannot be swapped.
+    """
+    log.info(
+        "torchkiln.compile: %s is a functools.lru_cache wrapper; compiling the function it "
+        "wraps behind a new cache of the same size (results the original cached are not reused)",
+        getattr(model, "__qualname__", model),
+    )
+    return functools.lru_cache(**model.cache_parameters())(compile_fn(model.__wrapped__))
 
 
 def resolve_backend(
@@ -148,65 +206,60 @@ def resolve_backend(
             "Either mode or options can be specified, but both can't be specified at the same time."
         )
     if mode is not None and mode not in MODES:
-        raise InvalidOptionError(f"unknown mode {mode!r}; available modes: {', '.join(MODES)}")
+        described = "; ".join(f"{m!r}: {d}" for m, d in MODE_DESCRIPTIONS.items())
+        hint = did_you_mean(mode, MODES) if isinstance(mode, str) else ""
+        raise InvalidOptionError(f"unknown mode {mode!r}.{hint} Available modes: {described}")
     if isinstance(backend, str):
         record = lookup_backend(backend)
         ensure_usable(record)
-        return GraphCompiler(
-            record.name, record.compile_fn, _backend_options(record, mode, options)
+        declared = mode in (None, "default") or mode in record.modes
+        chosen, wrappers = _split_wrapper_options(
+            record, _backend_options(record, mode if declared else None, options)
         )
+        if not declared:
+            wrappers += _mode_wrappers(mode, repr(record.name), record.modes)
+        return GraphCompiler(record.name, record.compile_fn, chosen, tuple(dict.fromkeys(wrappers)))
     compile_fn = backend.compile if callable(getattr(backend, "compile", None)) else backend
     if not callable(compile_fn):
         raise TypeError(
             "backend must be a registered name, a callable (gm, example_inputs) -> callable, "
             f"or an object with a compile method; got {type(backend).__name__}"
         )
-    if mode not in (None, "default"):
-        raise InvalidOptionError(
-            f"mode={mode!r} needs a registered backend that declares modes; "
-            "pass options= to a callable backend instead"
-        )
     name = getattr(compile_fn, "__name__", type(backend).__name__)
-    return GraphCompiler(name, compile_fn, dict(options or {}))
+    wrappers = () if mode in (None, "default") else _mode_wrappers(mode, repr(name), {})
+    chosen = {} if options is None else option_mapping(name, options)
+    return GraphCompiler(name, compile_fn, chosen, wrappers)
+
+
+def _mode_wrappers(mode: str, backend: str, declared: Mapping[str, Any]) -> tuple[str, ...]:
+    """The runtime wrappers ``mode`` stands for on a backend that does not declare it."""
+    wrappers = tuple(w.name for w in runtime_wrappers_for_mode(mode))
+    if not wrappers:
+        supported = [m for m in MODES if m == "default" or m in declared]
+        supported += [m for m in MODES if m not in supported and runtime_wrappers_for_mode(m)]
+        raise InvalidOptionError(
+            f"backend {backend} does not support mode {mode!r}; it supports: {', '.join(supported)}"
+        )
+    return wrappers
+
+
+def _split_wrapper_options(
+    record: Backend, options: dict[str, Any]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The options for the compile function, and the runtime wrappers the others turn on."""
+    wrapper_options = {o.name: o for o in record.options or () if o.runtime_wrapper is not None}
+    wrappers = dict.fromkeys(
+        o.runtime_wrapper for o in wrapper_options.values() if options.get(o.name, o.default)
+    )
+    chosen = {k: v for k, v in options.items() if k not in wrapper_options}
+    return chosen, tuple(wrappers)
 
 
 def _backend_options(
     record: Backend, mode: str | None, options: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     if mode not in (None, "default"):
-        if mode not in record.modes:
-            supported = ", ".join(sorted(set(record.modes) | {"default"}))
-            raise InvalidOptionError(
-                f"backend {record.name!r} does not support mode {mode!r}; it supports: {supported}"
-            )
         options = record.modes[mode]
-    if not options:
+    if options is None:
         return {}
-    schema = record.option_schema()
-    if not schema:
-        raise InvalidOptionError(f"backend {record.name!r} takes no options, got {sorted(options)}")
-    for key, value in options.items():
-        option = schema.get(key)
-        if option is None:
-            close = difflib.get_close_matches(key, list(schema), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise InvalidOptionError(
-                f"unknown option {key!r} for backend {record.name!r}.{hint} "
-                f"Valid options: {', '.join(sorted(schema))}"
-            )
-        if option.type is not None and not isinstance(value, option.type):
-            raise InvalidOptionError(
-                f"option {key!r} of backend {record.name!r} expects {_type_name(option.type)}, "
-                f"got {type(value).__name__} ({value!r})"
-            )
-        if not option.implemented and value != option.default:
-            raise NotImplementedYet(
-                f"option {key!r} of backend {record.name!r} is not implemented yet; "
-                f"leave it at its default ({option.default!r})"
-            )
-    return dict(options)
-
-
-def _type_name(t: type | tuple[type, ...]) -> str:
-    types = t if isinstance(t, tuple) else (t,)
-    return " or ".join(x.__name__ for x in types)
+    return check_options(record.name, record.options, options)
