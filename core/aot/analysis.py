@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensorMode
 
-from torchkiln.aot.fake import fresh_copies, to_functional
+from torchkiln.aot.fake import fresh_copies, functionalized, to_functional
 from torchkiln.exc import KilnError
 
 
@@ -82,7 +81,7 @@ def _storage_id(t: torch.Tensor) -> int:
 def _mutated_inputs(gm: torch.fx.GraphModule, fake_inputs: list, mode: FakeTensorMode) -> list[int]:
     mutated = []
     copies = fresh_copies(fake_inputs, mode)
-    with mode, FunctionalTensorMode():
+    with mode, functionalized():
         f_args = [to_functional(a) for a in copies]
         gm.forward(*f_args)  # not gm(...): that runs the user's global module hooks
         for i, f in enumerate(f_args):

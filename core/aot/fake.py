@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensor
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
 from torchkiln.exc import KilnError, NotImplementedYet
 
@@ -48,6 +52,16 @@ def fresh_copies(fake_inputs: list, mode: FakeTensorMode) -> list:
         if isinstance(t, torch.Tensor) and t.requires_grad:
             copy.requires_grad_(True)
     return copies
+
+
+@contextlib.contextmanager
+def functionalized() -> Iterator[None]:
+    """Functionalization as PyTorch's own AOT autograd runs it: with the Python dispatcher on,
+    so that the Python decompositions registered above autograd run first. Without it an op
+    whose schema hides a mutation runs as if pure: CUDA's ``cudnn_batch_norm`` updates the
+    running statistics in place, and functionalization would drop that update."""
+    with enable_python_dispatcher(), FunctionalTensorMode():
+        yield
 
 
 def to_functional(t: object) -> object:

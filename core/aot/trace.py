@@ -20,11 +20,10 @@ from dataclasses import dataclass
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchkiln.aot.analysis import GraphMeta
-from torchkiln.aot.fake import fresh_copies, from_functional, to_functional
+from torchkiln.aot.fake import fresh_copies, from_functional, functionalized, to_functional
 from torchkiln.exc import KilnError
 
 Decompositions = Mapping[Callable, Callable]
@@ -56,7 +55,7 @@ def trace_inference(
     """The forward graph of a call where nothing needs a gradient."""
 
     def forward(primals: list) -> list:
-        with FunctionalTensorMode():
+        with functionalized():
             f_args = [to_functional(a) for a in primals]
             outputs = _forward_outputs(gm, meta, f_args)
         return [from_functional(o) for o in outputs]
@@ -115,7 +114,7 @@ def trace_joint(
     got_grad: list[int] = []
 
     def joint(primals: list, tangents: list) -> list:
-        with FunctionalTensorMode():
+        with functionalized():
             f_primals = [to_functional(a) for a in primals]
             f_tangents = [to_functional(t) for t in tangents]
             outputs = _forward_outputs(gm, meta, f_primals)

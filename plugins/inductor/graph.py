@@ -315,12 +315,14 @@ class GraphLowering(Interpreter):
                     ext.outputs.append(out)
                     self.ir.buffers.append(out)
                     results.append(StorageView.of(out))
-                elif m is None:
-                    results.append(None)
+                elif m is None or type(m) in (int, float, bool):
+                    # a plain number beside tensors (attention's max sequence lengths) comes
+                    # from the static shapes tracing saw: the same on every call of this graph
+                    results.append(m)
                 else:
                     raise NotImplementedYet(
-                        f"{op_name} returns a non-tensor value inside a tuple; the inductor "
-                        "backend only runs such ops on tensors"
+                        f"{op_name} returns a {type(m).__name__} inside a tuple; the inductor "
+                        "backend only runs such ops with tensor and number results"
                     )
             return results
         if meta is None:

@@ -174,3 +174,20 @@ def test_an_added_decomposition_is_applied() -> None:
     torch.testing.assert_close(compiled(x), torch.sin(x))
     assert aten.sin.default not in ops(rec.graphs[0])
     assert aten.cos.default in ops(rec.graphs[0])
+
+
+def test_an_op_whose_schema_hides_a_mutation_keeps_it():
+    """CUDA's batch norm (``cudnn_batch_norm``) updates the running statistics in place
+    without saying so in its schema; its Python decomposition, which runs above autograd
+    when the Python dispatcher is on, makes the update visible to functionalization."""
+
+    def bn(x, w, b, running_mean, running_var):
+        return aten.cudnn_batch_norm(x, w, b, running_mean, running_var, True, 0.1, 1e-5)[0]
+
+    x, w, b = torch.randn(4, 3, 5, 5), torch.randn(3), torch.randn(3)
+    stats, expected_stats = (torch.zeros(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))
+    compiled, _ = _compile(bn, [x, w, b, *stats])
+    out = compiled(x, w, b, *stats)
+    expected = F.batch_norm(x, *expected_stats, w, b, training=True, momentum=0.1, eps=1e-5)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(stats, expected_stats)

@@ -272,3 +272,24 @@ def test_strided_slice_scatter_matches_eager(dim, start, end, step):
         return torch.ops.aten.slice_scatter(x * 2, src + 1, dim, start, end, step)
 
     assert not check(fn, x, src).fallbacks
+
+
+@torch.library.custom_op("kiln_test::scaled_and_rows", mutates_args=())
+def _scaled_and_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return x * 2, x.shape[0]
+
+
+@_scaled_and_rows.register_fake
+def _(x):
+    return torch.empty_like(x), x.shape[0]
+
+
+def test_an_aten_call_returning_numbers_beside_tensors_runs():
+    """Ops such as CUDA's cuDNN attention return ints (max sequence lengths) in their
+    tuple; the graph uses them as the constants tracing saw."""
+
+    def fn(x):
+        y, rows = torch.ops.kiln_test.scaled_and_rows(x)
+        return y + rows
+
+    check(fn, torch.randn(3, 4))
