@@ -12,6 +12,9 @@ import torch
 # and MobileNetV3 training); eager float32 itself is up to 2e-6 off float64 there.
 RTOL = 1e-4
 ATOL_SCALE = 1e-5
+# Low precision: PyTorch's model benchmarks allow an RMS error of 3x eager's own plus tol/10 with
+# tol = 1e-2 for bfloat16; here that slack is scaled to the model's largest value.
+LOW_PRECISION_ATOL_SCALE = 1e-3
 
 
 def assert_close_to_largest(
@@ -55,7 +58,7 @@ def assert_no_worse_than_eager(
     reference: dict[str, torch.Tensor | None],
     *,
     multiplier: float = 3.0,
-    atol_scale: float = ATOL_SCALE,
+    atol_scale: float = LOW_PRECISION_ATOL_SCALE,
 ) -> None:
     """In low precision (bfloat16, float16), each tensor of ``actual`` is at most
     ``multiplier`` times as far from the float32 ``reference`` as eager's own result in that

@@ -4,9 +4,9 @@ Every (op, dtype, sample) becomes one aten graph; all graphs of a sweep are
 generated first and their kernels compiled in a single C++ translation unit
 (one compiler run), then each is run and compared with eager.
 Run as a script for a report: ``python tests/plugins/inductor/opinfo_sweep.py [--full]
-[--triton] [--cuda]`` (``--triton``: CPU tensors through the Triton generator, run by its
+[--triton] [--cuda [--progress]]`` (``--triton``: CPU tensors through the Triton generator, run by its
 interpreter; ``--cuda``: CUDA tensors, so Triton on the GPU, in float32, bfloat16, float16
-and int64).
+and int64; ``--progress`` names each case on stderr before it runs).
 """
 
 from __future__ import annotations
@@ -265,6 +265,7 @@ def sweep(
     opt_level: str = "O1",
     cpu_backend: str = "cpp",
     device: str = "cpu",
+    progress: bool = False,
 ) -> SweepResult:
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -304,6 +305,8 @@ def sweep(
     lowered: dict[str, bool] = {}
     for case, fn in zip(ready, compiled):
         key = (case.op, case.dtype)
+        if progress:  # a crash (not an exception) names the case it happened in
+            print(f"running {case.op} {case.dtype}", file=sys.stderr, flush=True)
         try:
             actual = list(fn(*case.inputs))
             assert len(actual) == len(case.expected), "number of outputs"
@@ -341,7 +344,7 @@ def main() -> None:
     names = None if full else CI_OPS
     if "--cuda" in sys.argv:
         dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.int64)
-        res = sweep(names, dtypes=dtypes, device="cuda")
+        res = sweep(names, dtypes=dtypes, device="cuda", progress="--progress" in sys.argv)
     else:
         res = sweep(names, cpu_backend=backend)
     for (op, dtype), why in sorted(res.failed.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
