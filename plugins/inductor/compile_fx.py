@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch.fx import GraphModule
+from torch.utils import _pytree as pytree
 
 from torchkiln import logs
 
@@ -144,7 +145,7 @@ def generate(
     run_passes(gm)
     if tracer:
         tracer.write("fx_graph_after_passes.py", gm.print_readable(print_output=False))
-    caps = device_caps(_device(example_inputs), options.cpu_backend)
+    caps = device_caps(_device(gm, example_inputs), options.cpu_backend)
     graph = GraphLowering(gm, example_inputs, caps, options.fallback_random).lower()
     timings["lower"] = time.perf_counter() - t0
     output_names = {o.buffer.name for o in graph.outputs if isinstance(o, StorageView)}
@@ -214,11 +215,16 @@ def _output_node(gm: GraphModule):
     return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
 
 
-def _device(example_inputs: list[Any]) -> torch.device:
-    """The device of the graph's tensors (CPU for a graph without tensor inputs)."""
+def _device(gm: GraphModule, example_inputs: list[Any]) -> torch.device:
+    """The device of the graph's tensors: its first tensor input's, else (``arange``,
+    ``zeros`` with no input) the first tensor it makes; CPU for a graph without tensors."""
     for x in example_inputs:
         if isinstance(x, torch.Tensor):
             return x.device
+    for node in gm.graph.nodes:
+        for value in pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(value, torch.Tensor):
+                return value.device
     return torch.device("cpu")
 
 

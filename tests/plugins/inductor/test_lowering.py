@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from inductor_testing import aten_graph, check, compile_fn, kernel_count
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchkiln_inductor.compile_fx import compile_fx
+from torchkiln_inductor.compile_fx import _device, compile_fx
 from torchkiln_inductor.options import parse_options
 
 
@@ -293,3 +294,10 @@ def test_an_aten_call_returning_numbers_beside_tensors_runs():
         return y + rows
 
     check(fn, torch.randn(3, 4))
+
+
+def test_a_graph_without_tensor_inputs_runs_where_it_makes_its_tensors():
+    """``torch.arange(n, device="cuda")`` has no tensor input: its kernels are chosen for the
+    device of the tensors it makes (it used to get C++ kernels writing to GPU memory)."""
+    gm = make_fx(lambda: torch.arange(5, device="cuda") * 2, tracing_mode="fake")()
+    assert _device(gm, []) == torch.device("cuda", 0)
