@@ -46,6 +46,21 @@ from .lowering import LOWERINGS, RANDOM_OPS, Unlowerable
 CONVOLUTION = torch.ops.aten.convolution.default
 CONVOLUTION_BACKWARD = torch.ops.aten.convolution_backward.default
 
+_aten = torch.ops.aten
+#: aten calls that must get their tensor arguments in the strides tracing saw: the CUDA
+#: attention kernels check the alignment of the bias's strides, which eager's composite
+#: ``scaled_dot_product_attention`` pads for them (a padded tensor, then a slice of it)
+STRIDE_SENSITIVE = frozenset(
+    {
+        _aten._scaled_dot_product_efficient_attention.default,
+        _aten._scaled_dot_product_efficient_attention_backward.default,
+        _aten._scaled_dot_product_flash_attention.default,
+        _aten._scaled_dot_product_flash_attention_backward.default,
+        _aten._scaled_dot_product_cudnn_attention.default,
+        _aten._scaled_dot_product_cudnn_attention_backward.default,
+    }
+)
+
 #: realize an elementwise value used by several consumers once it costs this much
 REUSE_COST = 4
 #: never inline bodies costlier than this (keeps kernels and compile time bounded)
@@ -204,7 +219,20 @@ class GraphLowering(Interpreter):
                 return LOWERINGS[target](self, meta, *args, **kwargs)
             except Unlowerable as e:
                 reason = str(e)
+        if target in STRIDE_SENSITIVE:
+            args = self._in_traced_layout(args, self.current_node.args)
         return self.fallback(target, args, kwargs, meta, reason)
+
+    def _in_traced_layout(self, args: tuple, nodes: tuple) -> tuple:
+        """Each tensor argument stored with the size and strides its node had when traced."""
+        out = []
+        for value, node in zip(args, nodes):
+            meta = node.meta.get("val") if isinstance(node, Node) else None
+            if isinstance(value, TensorValue) and isinstance(meta, torch.Tensor):
+                layout = Layout(tuple(meta.shape), tuple(meta.stride()), value.dtype, value.device)
+                value = self.realize(value, layout)
+            out.append(value)
+        return tuple(out)
 
     def output(self, target, args, kwargs) -> Any:
         values = args[0]

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from inductor_testing import aten_graph, check, compile_fn, kernel_count
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from torchkiln_inductor import graph as graph_module
 from torchkiln_inductor.compile_fx import _device, compile_fx
 from torchkiln_inductor.options import parse_options
 
@@ -301,3 +302,28 @@ def test_a_graph_without_tensor_inputs_runs_where_it_makes_its_tensors():
     device of the tensors it makes (it used to get C++ kernels writing to GPU memory)."""
     gm = make_fx(lambda: torch.arange(5, device="cuda") * 2, tracing_mode="fake")()
     assert _device(gm, []) == torch.device("cuda", 0)
+
+
+@torch.library.custom_op("kiln_test::needs_aligned_rows", mutates_args=())
+def _needs_aligned_rows(x: torch.Tensor) -> torch.Tensor:
+    if x.stride(0) % 4:
+        raise RuntimeError(f"row stride {x.stride(0)} is not a multiple of 4")
+    return x * 2
+
+
+@_needs_aligned_rows.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_stride_sensitive_aten_calls_get_the_strides_tracing_saw(monkeypatch):
+    """The CUDA attention kernels check the alignment of their bias's strides, which eager
+    pads for them (``pad`` then a slice): such calls get their arguments in those strides."""
+    op = torch.ops.kiln_test.needs_aligned_rows.default
+    monkeypatch.setattr(graph_module, "STRIDE_SENSITIVE", graph_module.STRIDE_SENSITIVE | {op})
+
+    def fn(x):
+        padded = F.pad(x * 3, (0, 1))[:, :3]  # rows of 3 in storage rows of 4, as eager pads
+        return op(padded)
+
+    check(fn, torch.randn(5, 3))
