@@ -10,7 +10,8 @@ in a register, and a reduction result read later in the kernel stays a local
 scalar. Reductions accumulate in ``simdlen`` independent lanes so gcc
 vectorizes them, then combine the lanes (sums pairwise); long float sums and
 Welford states move their lanes into double totals block by block
-(:mod:`.cpp_blocked`), as accurate as eager's.
+(:mod:`.cpp_blocked`), as accurate as eager's; Welford reductions accumulate
+their inputs less the first one, so data far from zero keeps var's accuracy.
 """
 
 from __future__ import annotations
@@ -473,6 +474,9 @@ class _Accumulator:
     dtype: torch.dtype
     reduction_type: str
     blocked: Blocked | None = None  # a long float sum or welford: double totals (cpp_blocked)
+    # a float welford's shift: the C++ value (``{lane}``: the lane's, in column mode) taken
+    # from every input and added back to the mean; "" when unshifted
+    shift: str = ""
 
 
 class CppKernel:
@@ -606,10 +610,12 @@ class CppKernel:
         first, rest = self.plan.segments[0], self.plan.segments[1:]
         n = len(outer) - 1
         body, updates, results, inner = self._segment_body(first, outer_vars)
+        shifts = self._welford_shifts(first, outer_vars, inner, results)
         blocks = self._plan_blocks(updates, lanes, inner[-1], math.prod(inner[:-1]), "nb")
         lines = blocks.declare() if blocks else []
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
+        lines += self._shift_init(*shifts, lanes, f"int64_t o{n} = ob + l;")
         for d, size in enumerate(inner[:-1]):
             lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
         step = [p for a, _, _ in updates for p in self._block_prologue(a)]
@@ -694,6 +700,7 @@ class CppKernel:
             body, updates, results, inner = self._segment_body(seg, outer_vars)
         finally:
             self.hoisted = None
+        shifts = self._welford_shifts(seg, outer_vars, inner, results)
         # lanes run along the last inner loop; one shorter than them runs as one lane
         lanes = self.simdlen if inner and updates and inner[-1] >= self.simdlen else 1
         blocks = None
@@ -703,6 +710,7 @@ class CppKernel:
             lines += blocks.declare()
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
+        lines += self._shift_init(*shifts, lanes)
         serial = any(n.is_scatter for n in seg.nodes)
         lines += self._loops(inner, body, updates, lanes, serial, blocks)
         lines += self._blocks_finish(updates)
@@ -763,7 +771,76 @@ class CppKernel:
             results.append((node, accs[key], store_index))
         return scope.lines, updates, results, inner
 
-    def _store(self, node: SchedulerNode, value: CppValue, store: Expr, scope: _Scope) -> None:
+    def _welford_shifts(
+        self, seg: Segment, outer_vars: list[Expr], inner: tuple[int, ...], results
+    ) -> tuple[list[str], list[tuple[_Accumulator, CppValue]]]:
+        """The inputs of the segment's float Welford reductions at reduction index 0: (the
+        lines computing them, [(accumulator, its input there)]), after ``_segment_body``.
+
+        Welford's float running mean rounds at ~ulp(mean) every step and m2 takes each
+        rounding in, so data far from zero (BatchNorm inputs) lost ~27x eager's accuracy in
+        var. Each reduction instead accumulates ``x - K``, with K its first input: lanes and
+        blocks share K (their merges are unchanged), m2 is shift-invariant and the mean gets
+        K back. The inputs are computed again without stores; none for a segment that
+        scatters (side effects) or reduces fewer than two elements.
+        """
+        shifted = {
+            n.name: a
+            for n, a, _ in results
+            if a.reduction_type == "welford" and a.dtype in FLOAT_TYPES
+        }
+        if not shifted or math.prod(inner) < 2 or any(n.is_scatter for n in seg.nodes):
+            return [], []
+        inner_vars, forward, hoisted = self._inner_vars, self._forward, self.hoisted
+        self._inner_vars = [Expr.of(0)] * len(inner_vars)
+        self._forward, self.hoisted = {}, None
+        scope = _Scope()
+        handler = CppOpsHandler(self, scope)
+        values: dict[int, tuple[_Accumulator, CppValue]] = {}
+        try:
+            for node in seg.nodes:
+                body = node.body_at(outer_vars, self._inner_vars)
+                env = _Env()
+                handler.run(body.compute, env)
+                store = body.store
+                if body.reduction is None:
+                    self._store(
+                        node, env.resolve(store.args[2]), env.resolve(store.args[1]), scope, False
+                    )
+                    continue
+                acc = shifted.get(node.name)
+                if acc is not None:
+                    values.setdefault(id(acc), (acc, env.resolve(body.reduction.args[1])))
+        finally:
+            self._inner_vars, self._forward, self.hoisted = inner_vars, forward, hoisted
+        return scope.lines, list(values.values())
+
+    def _shift_init(self, computed: list[str], shifts, lanes: int, column: str = "") -> list[str]:
+        """Declare the shifts ``_welford_shifts`` computes; ``column``: the line that sets the
+        lane's output variable, in column mode (one shift per lane, over the ``nb`` live ones)."""
+        sets = []
+        for acc, value in shifts:
+            t = COMPUTE_TYPES[acc.dtype]
+            name = f"{acc.names[0]}_shift"
+            acc.shift = f"{name}[{{lane}}]" if column else name
+            # an inf or NaN shift would turn every shifted input into NaN: those shift by 0
+            sets.append((t, name, f"std::isfinite({value}) ? {value} : {t}(0)"))
+        if not sets:
+            return []
+        if not column:
+            return [*computed, *(f"const {t} {name} = {v};" for t, name, v in sets)]
+        loop = [column, *computed, *(f"{name}[l] = {v};" for _, name, v in sets)]
+        return [
+            *(f"{t} {name}[{lanes}] = {{}};" for t, name, _ in sets),
+            "for (int64_t l = 0; l < nb; ++l) {",
+            *("    " + line for line in loop),
+            "}",
+        ]
+
+    def _store(
+        self, node: SchedulerNode, value: CppValue, store: Expr, scope: _Scope, emit: bool = True
+    ) -> None:
+        """Store a pointwise node's value (forwarded to later loads); ``emit``: write memory."""
         data = node.buffer.data
         if isinstance(data, Scatter):
             scope.lines.append(self._scatter_line(data, store, value))
@@ -772,6 +849,8 @@ class CppKernel:
         if value.dtype != compute_dtype(dtype):
             value = CppOpsHandler(self, scope).to_dtype(value, dtype)
         self._forward[(node.name, store)] = value
+        if not emit:
+            return
         if node.name in self.plan.stored:
             scope.lines.append(self._store_line(node.name, store, value))
         slot = self.local_slot(node.name)
@@ -884,6 +963,8 @@ class CppKernel:
         n = [f"{name}[{lane}]" for name in acc.names]
         if acc.reduction_type == "welford":
             b = acc.names[0]
+            if acc.shift:
+                value = f"({value} - {acc.shift.format(lane=lane)})"
             if mode == "lane":
                 return f"kiln_welford_update_rw({n[0]}, {n[1]}, {value}, {b}_rw);"
             if mode == "tail":
@@ -915,7 +996,10 @@ class CppKernel:
 
     def _acc_result(self, acc: _Accumulator, output_index: int, lane: str = "0") -> str:
         if acc.reduction_type == "welford":
-            return f"{acc.names[output_index]}[{lane}]"
+            out = f"{acc.names[output_index]}[{lane}]"
+            if acc.shift and output_index == 0:  # the mean; m2 is shift-invariant
+                return f"({out} + {acc.shift.format(lane=lane)})"
+            return out
         if acc.reduction_type in ("argmax", "argmin"):
             return f"{acc.names[1]}[{lane}]"
         return f"{acc.names[0]}[{lane}]"
