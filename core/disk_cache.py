@@ -127,8 +127,10 @@ def _unseal(where: str, name: str, data: bytes, trust: Trust) -> bytes | None:
 
 def _write_local(root: Path, path: Path, data: bytes, trust: Trust) -> bool:
     try:
-        cache_trust.make_folders(root, path.parent, trust)
         if not cache_trust.folders_trusted(root, path.parent, trust):
+            return False  # a refused cache gets nothing from us, not even folders
+        cache_trust.make_folders(root, path.parent, trust)
+        if not cache_trust.folders_trusted(root, path.parent, trust):  # made by another meanwhile
             return False
         _write_atomic(path, data, trust.file_mode)
     except OSError as e:

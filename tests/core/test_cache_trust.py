@@ -179,6 +179,17 @@ def test_planted_entries_where_others_can_write_are_not_loaded(
     assert any(named in str(w.message) and "Fix:" in str(w.message) for w in warned)
 
 
+def test_a_refused_cache_is_left_as_it_was(target, tmp_path, monkeypatch):
+    """Nothing is written into a cache folder others can write: not entries, not folders."""
+    root = tmp_path / "shared-tmp"
+    root.mkdir(mode=0o777)
+    root.chmod(0o777)
+    _isolate(monkeypatch, root)
+    with pytest.warns(CacheTrustWarning, match="is writable by group or others"):
+        compile_and_check(target.other)
+    assert list(root.iterdir()) == []
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,
     reason="needs root and setpriv to write a cache as another user (nobody)",
