@@ -22,6 +22,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._library.custom_ops import CustomOpDef
 
 from torchkiln.capture import variables as V
 from torchkiln.capture.runtime import GradModeRestore
@@ -113,6 +114,10 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
         if source:
             guards.identity(source, value)
         return V.GradModeDecoratedVariable(mode, out.wrap(func, None))
+    if isinstance(value, CustomOpDef):  # ``@torch.library.custom_op``: its operator goes in
+        if source:
+            guards.identity(source, value)
+        return V.TorchFunctionVariable(value._opoverload, None)
     if isinstance(value, types.BuiltinMethodType) and (
         type(value.__self__) in (list, dict, set, collections.OrderedDict)
         or isinstance(value.__self__, torch.Tensor)
@@ -201,7 +206,8 @@ def _build_object(value: Any, source: str | None) -> V.VariableTracker:
 
 def grad_mode_decorated(value: Any) -> tuple[bool, Any] | None:
     """``(mode, func)`` for a function wrapped by ``@torch.no_grad()`` / ``@torch.enable_grad()``."""
-    code = getattr(value, "__code__", None)
+    code = value.__code__ if isinstance(value, types.FunctionType) else None  # not getattr: an
+    # object's __getattr__ (``torch.ops.<namespace>``) may answer anything
     if code is None or code.co_name != "decorate_context" or "_contextlib" not in code.co_filename:
         return None
     cells = dict(zip(code.co_freevars, (c.cell_contents for c in value.__closure__ or ())))
