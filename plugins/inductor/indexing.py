@@ -219,19 +219,23 @@ class Expr:
         return out
 
     # -- printing -------------------------------------------------------------
-    def render(self, name_of: Callable[[Atom], str] = lambda a: a.name) -> str:
-        """C-style text; ``name_of`` names variables and indirect indices."""
+    def render(
+        self, name_of: Callable[[Atom], str] = lambda a: a.name, python: bool = False
+    ) -> str:
+        """C-style text (64-bit constants, ``/`` of non-negative operands), or Python/Triton
+        text with ``python``; ``name_of`` names variables and indirect indices."""
+        div, suffix = ("//", "") if python else ("/", "L")
         parts = []
         for atom, coeff in self.terms:
             if isinstance(atom, FloorDiv):
-                text = f"(({atom.arg.render(name_of)}) / {atom.divisor})"
+                text = f"(({atom.arg.render(name_of, python)}) {div} {atom.divisor})"
             elif isinstance(atom, Mod):
-                text = f"(({atom.arg.render(name_of)}) % {atom.divisor})"
+                text = f"(({atom.arg.render(name_of, python)}) % {atom.divisor})"
             else:
                 text = name_of(atom)
-            parts.append(text if coeff == 1 else f"{coeff}L*{text}")
+            parts.append(text if coeff == 1 else f"{coeff}{suffix}*{text}")
         if self.const or not parts:
-            parts.append(f"{self.const}L")
+            parts.append(f"{self.const}{suffix}")
         return " + ".join(parts).replace("+ -", "- ")
 
     def __str__(self) -> str:

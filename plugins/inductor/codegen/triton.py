@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..indexing import Atom, Expr, FloorDiv, Indirect, Mod, Var, unflatten
+from ..indexing import Expr, FloorDiv, Indirect, Mod, Var, unflatten
 from ..ir import GraphIR, Reduction
 from ..kernel_plan import KernelPlan, Segment
 from ..loop_body import Op, Value, compute_dtype
@@ -259,8 +259,9 @@ class TritonOpsHandler:
         return frozenset(dims)
 
     def render(self, expr: Expr) -> str:
-        return render_index(
-            expr, lambda a: self.indirect[a.name].name if isinstance(a, Indirect) else a.name
+        return expr.render(
+            lambda a: self.indirect[a.name].name if isinstance(a, Indirect) else a.name,
+            python=True,
         )
 
     def index(self, expr: Expr, dims: frozenset[str]) -> str:
@@ -526,22 +527,6 @@ _BINARY_SAME = {
     "rshift": "({} >> {})",
 }
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-
-
-def render_index(expr: Expr, name_of: Callable[[Atom], str]) -> str:
-    """Python/Triton text of an index (``//`` and ``%`` of non-negative operands)."""
-    parts = []
-    for atom, coeff in expr.terms:
-        if isinstance(atom, FloorDiv):
-            text = f"(({render_index(atom.arg, name_of)}) // {atom.divisor})"
-        elif isinstance(atom, Mod):
-            text = f"(({render_index(atom.arg, name_of)}) % {atom.divisor})"
-        else:
-            text = name_of(atom)
-        parts.append(text if coeff == 1 else f"{coeff}*{text}")
-    if expr.const or not parts:
-        parts.append(str(expr.const))
-    return " + ".join(parts).replace("+ -", "- ")
 
 
 # ---------------------------------------------------------------------------
