@@ -23,6 +23,10 @@ from .loop_body import MATH_OPS
 
 aten = torch.ops.aten
 
+#: the largest inner extent a Triton reduction keeps in one block, whole rows in registers
+#: (larger: a loop over blocks)
+TRITON_PERSISTENT_MAX = 4096
+
 
 @dataclass(frozen=True)
 class DeviceCaps:
@@ -104,8 +108,11 @@ TRITON = DeviceCaps(
     channels_last_conv=False,
     split_reduction_min=1 << 16,
     split_chunks=64,
-    # a later loop of a kernel re-reads a value from memory (the program's own writes)
-    max_local_bytes=0,
+    # a value re-read by a later loop of a kernel stays in registers where both loops are
+    # persistent (whole rows in one block, 8 bytes per element as plan_kernel counts them;
+    # the scheduler fuses only reads at the index a value is stored at, the lane that
+    # holds it); longer rows are written to memory and read back
+    max_local_bytes=TRITON_PERSISTENT_MAX * 8,
     # accumulating scatters are `tl.atomic_add`s (indices may repeat): none of bool (1-bit),
     # nor of bfloat16 (the interpreter has none; Triton's needs sm_90)
     scatter_add_dtypes=frozenset({torch.float32, torch.float16, torch.int32, torch.int64}),

@@ -9,8 +9,12 @@ Each program handles ``XBLOCK`` elements of the kernel's flattened outer loops
 (``xindex``, the grid's axis). A segment with inner loops (or a reduction)
 works on ``[XBLOCK, RBLOCK]`` tiles of its flattened inner loops
 (``r<k>index``): *persistent* when the inner loops fit one block
-(``RBLOCK = next_power_of_2(rnumel)`` up to :data:`PERSISTENT_MAX`), else a
-loop over blocks with per-lane accumulators reduced at the end. Index math
+(``RBLOCK = next_power_of_2(rnumel)`` up to
+:data:`~..device.TRITON_PERSISTENT_MAX`), else a loop over blocks with per-lane
+accumulators reduced at the end. Persistent segments over the same inner loops share
+their index variable, so a value one computes and a later one reads (the plan's
+``local`` buffers: softmax's exponentials, layer norm's centred values) stays in
+registers instead of a round trip through memory. Index math
 is the plan's index expressions over those two variables (``//`` and ``%``
 unflatten them), masked by ``xindex < xnumel`` and ``rindex < rnumel``.
 Values are computed in float32 for float16/bfloat16 storage; welford keeps
@@ -35,6 +39,7 @@ from typing import Any
 
 import torch
 
+from ..device import TRITON_PERSISTENT_MAX
 from ..indexing import Expr, FloorDiv, Indirect, Mod, Var, unflatten
 from ..ir import GraphIR, Reduction
 from ..kernel_plan import KernelPlan, Segment
@@ -42,8 +47,6 @@ from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import SchedulerNode
 from .triton_launch import launcher_for, use_triton_cache
 
-#: the largest inner extent a reduction handles in one block (larger: a loop over blocks)
-PERSISTENT_MAX = 1024
 #: elements of one ``[XBLOCK, RBLOCK]`` tile
 TILE_ELEMENTS = 4096
 #: elements one program of a pointwise kernel handles
@@ -287,6 +290,8 @@ class TritonOpsHandler:
         forwarded = self.kernel.forwarded.get((name, index))
         if forwarded is not None:
             return forwarded
+        # the scheduler fuses only reads at a value's store index: the lane that holds it
+        assert name not in self.kernel.plan.local, f"local {name} read at another index"
         ptr = self.kernel.param(name, written=False)
         dims = self.index_dims(index) | self._dims(*self.masks)
         mask = self.mask(dims)
@@ -588,6 +593,8 @@ class TritonKernel:
         self.meta: dict[str, int] = {}  # constexpr block sizes
         self.forwarded: dict[tuple[str, Expr], TritonValue] = {}
         self._reduced: dict[tuple[str, Expr], TritonValue] = {}  # reduction results, whole kernel
+        self._locals: dict[tuple[str, Expr], TritonValue] = {}  # the plan's local buffers
+        self._tile_names: dict[tuple[int, ...], int] = {}  # inner loops -> first segment over them
         self._stored: set[str] = set()
         self._tmp = 0
 
@@ -615,6 +622,7 @@ class TritonKernel:
         else:
             xblock = min(_pow2(xnumel), POINTWISE_BLOCK)
         self.meta["XBLOCK"] = xblock
+        self.num_warps = _num_warps(xblock * max(rblocks, default=1))
         wide = self._max_numel() >= 2**31
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
@@ -640,12 +648,13 @@ class TritonKernel:
 
     @staticmethod
     def _rblock(seg: Segment) -> int:
-        return min(_pow2(math.prod(seg.inner)), PERSISTENT_MAX)
+        return min(_pow2(math.prod(seg.inner)), TRITON_PERSISTENT_MAX)
 
     # -- segments ---------------------------------------------------------------------
     def _segment(self, k: int, seg: Segment, outer_vars: list[Expr]) -> None:
         """Emit one segment: straight-line code, a persistent tile or a loop over r blocks."""
-        self.forwarded = dict(self._reduced)  # results of earlier segments' reductions
+        # results of earlier segments' reductions, and values they keep in registers
+        self.forwarded = {**self._reduced, **self._locals}
         if any(n in self._stored for node in seg.nodes for n in node.read_names()):
             self.line("tl.debug_barrier()")  # other threads of this program wrote them
         if not self._tiled(seg):
@@ -654,14 +663,17 @@ class TritonKernel:
             return
         rnumel = math.prod(seg.inner)
         rblock = self._rblock(seg)
+        defined = seg.inner in self._tile_names
+        k = self._tile_names.setdefault(seg.inner, k)  # one index variable per inner loops
         rname = f"r{k}index"
         self.meta[f"RBLOCK{k}"] = rblock
         tile = _Tile(rname, f"RBLOCK{k}")
         inner_vars = unflatten(Expr.of(Var(rname, rnumel)), seg.inner)
         looped = rnumel > rblock
         if not looped:
-            self.line(f"{rname} = tl.arange(0, RBLOCK{k})[None, :]")
-            self.line(f"{rname}mask = {rname} < {rnumel}")
+            if not defined:  # else an earlier persistent segment defined it at this level
+                self.line(f"{rname} = tl.arange(0, RBLOCK{k})[None, :]")
+                self.line(f"{rname}mask = {rname} < {rnumel}")
             handler = TritonOpsHandler(self, tile)
             accs = self._nodes(seg, handler, outer_vars, inner_vars)
             for acc in accs:
@@ -718,6 +730,8 @@ class TritonKernel:
         if value.dtype != (torch.bool if dtype == torch.bool else compute_dtype(dtype)):
             value = handler.to_dtype(value, dtype)
         self.forwarded[(node.name, index)] = value
+        if node.name in self.plan.local:
+            self._locals[(node.name, index)] = value
         if node.name in self.plan.stored:
             handler.store(node.name, index, value)
             self._stored.add(node.name)
@@ -857,6 +871,12 @@ class TritonKernel:
         return TritonValue(n[0], acc.value.dtype, frozenset("x"))
 
 
+def _num_warps(tile_elements: int) -> int:
+    """Warps per program: 8 elements of a tile per thread, between 2 and 8 warps (a
+    1024-element pointwise block gets Triton's default 4, a persistent 4096-wide row 8)."""
+    return max(2, min(8, tile_elements // 256))
+
+
 def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
@@ -874,6 +894,7 @@ class KernelLaunch:
     params: tuple[str, ...]  # buffer names, in argument order
     grid: tuple[int, ...]
     meta: tuple[tuple[str, int], ...]
+    num_warps: int
 
 
 @dataclass(frozen=True)
@@ -901,7 +922,7 @@ class TritonModule:
         if root is not None:
             use_triton_cache(root)
         return {
-            k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta))
+            k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta), k.num_warps)
             for k in self.launches
         }
 
@@ -912,10 +933,12 @@ def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[Trito
     sources: dict[str, str] = {}
     by_step: dict[str, KernelLaunch] = {}
     for kernel_name, plan in plans.items():
-        text, params, meta, grid = TritonKernel(plan, graph).emit()
+        kernel = TritonKernel(plan, graph)
+        text, params, meta, grid = kernel.emit()
         name = f"kiln_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         sources[name] = text.replace("KERNEL_NAME", name)
-        by_step[kernel_name] = KernelLaunch(name, tuple(params), grid, tuple(meta.items()))
+        launch = KernelLaunch(name, tuple(params), grid, tuple(meta.items()), kernel.num_warps)
+        by_step[kernel_name] = launch
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     prelude = PRELUDE.replace("{round_bf16}", _ROUND_BF16[interpreted])
     prelude = prelude.replace("{interpreted}", str(interpreted)).rstrip("\n")

@@ -45,10 +45,11 @@ class InterpretedLauncher:
 class LeanLauncher:
     """A compiled kernel called through its launcher, with the grid and block sizes fixed."""
 
-    def __init__(self, fn, grid: tuple[int, ...], meta: dict[str, int]):
+    def __init__(self, fn, grid: tuple[int, ...], meta: dict[str, int], num_warps: int):
         self._fn = fn
         self._grid = grid
         self._meta = meta
+        self._num_warps = num_warps
         self._grid3 = (*grid, 1, 1)[:3]
         self._constexprs = tuple(meta.values())
         self._compiled: dict[tuple[bool, ...], tuple] = {}
@@ -71,7 +72,7 @@ class LeanLauncher:
 
     def _compile(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]) -> tuple:
         """Compile for this alignment pattern (Triton's disk cache makes a repeat cheap)."""
-        kernel = self._fn.warmup(*tensors, grid=self._grid, **self._meta)
+        kernel = self._fn.warmup(*tensors, grid=self._grid, num_warps=self._num_warps, **self._meta)
         if hasattr(kernel, "result"):  # an asynchronous compile
             kernel = kernel.result()
         run = kernel.run  # loads the binary: ``function`` is set from here on
@@ -85,10 +86,11 @@ def _any(hook) -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
-def launcher_for(fn, grid: tuple[int, ...], meta: dict[str, int]):
-    """The launcher that fits ``fn``: interpreted under ``TRITON_INTERPRET=1``, lean otherwise."""
+def launcher_for(fn, grid: tuple[int, ...], meta: dict[str, int], num_warps: int):
+    """The launcher that fits ``fn``: interpreted under ``TRITON_INTERPRET=1`` (which has no
+    warps), lean otherwise."""
     from triton.runtime.interpreter import InterpretedFunction
 
     if isinstance(fn, InterpretedFunction):
         return InterpretedLauncher(fn, grid, meta)
-    return LeanLauncher(fn, grid, meta)
+    return LeanLauncher(fn, grid, meta, num_warps)

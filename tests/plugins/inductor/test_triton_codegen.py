@@ -94,9 +94,26 @@ def test_dtypes(dtype):
         "layer_norm",
     ],
 )
-@pytest.mark.parametrize("shape", [(6, 20), (3, 1500)], ids=["persistent", "looped"])
+@pytest.mark.parametrize("shape", [(6, 20), (3, 5000)], ids=["persistent", "looped"])
 def test_reductions(fn, shape):
     triton_check(fn, torch.randn(shape))
+
+
+def _chain(x, w, b):
+    return torch.softmax(F.layer_norm(F.gelu(x * w + b), x.shape[-1:]), -1)
+
+
+def test_persistent_chain_keeps_rows_in_registers():
+    """Whole rows fit one block: gelu's values, the centred values and the exponentials stay
+    in registers between the three reductions; the kernel reads x once and writes once."""
+    compiled = triton_check(_chain, torch.randn(5, 48), torch.randn(48), torch.randn(48))
+    source = compiled.artifact.triton.source
+    assert source.count("tl.store(") == 1 and source.count("in_arg0 +") == 1, source
+
+
+def test_looped_chain_writes_and_rereads_its_rows():
+    compiled = triton_check(_chain, torch.randn(2, 5000), torch.randn(5000), torch.randn(5000))
+    assert compiled.artifact.triton.source.count("tl.store(") == 4
 
 
 def test_reduction_of_half_precision_with_epilogue():
