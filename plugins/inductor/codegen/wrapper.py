@@ -6,7 +6,8 @@ ctypes functions (C++, called with data pointers) or Triton launchers (called
 with the tensors). Buffers a kernel writes are allocated with
 ``torch.empty_strided`` in their planned layout; a buffer whose last reader
 has run goes back to a pool and a later buffer of the same dtype and size
-takes it over instead of allocating (buffer reuse). Inputs whose strides
+takes it over instead of allocating (buffer reuse); one that none takes over
+is deleted where it died, so that peak memory stays near eager's. Inputs whose strides
 differ from the ones the graph was compiled for are copied into that layout.
 """
 
@@ -149,7 +150,8 @@ class WrapperCodegen:
             )
         last = self._last_reads()
         self._strided_reads = self._kernel_reads_and_views()
-        pool: dict[tuple, list[str]] = {}
+        pool: dict[tuple, list[str]] = {}  # dead buffers a later one of their size may take
+        dead_at: dict[str, int] = {}  # where in ``body`` each pooled buffer died
         owned: set[str] = set()
         bound: set[str] = set()
         # storage others may still alias: scatter targets, arguments of in-place aten calls
@@ -177,8 +179,13 @@ class WrapperCodegen:
                     continue
                 if name in owned and name not in aliased:
                     pool.setdefault(self._pool_key(self._buf(name)), []).append(name)
+                    dead_at[name] = len(body)
                 else:
                     body.append(f"del {name}")
+        # a dead buffer no later one took over is freed where it died, not held to the end
+        never_reused = [name for names in pool.values() for name in names]
+        for name in sorted(never_reused, key=dead_at.__getitem__, reverse=True):
+            body.insert(dead_at[name], f"del {name}")
         body.append(f"return {self._outputs()}")
         out += ["    " + line for line in body]
         return "\n".join(out) + "\n"

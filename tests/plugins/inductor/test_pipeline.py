@@ -67,6 +67,20 @@ def test_dead_buffers_are_reused():
     assert "_view(" not in compiled.artifact.wrapper_source  # same layout: the tensor itself
 
 
+def test_dead_buffer_no_later_one_reuses_is_freed_where_it_dies():
+    """Held to the end of the call, buffers no later one takes over would raise peak memory
+    above eager's (which frees each tensor after its last use)."""
+
+    def fn(x, w):
+        return ((x.sin() + 1) @ w).cos()  # sin's buffer dies in the matmul
+
+    compiled = check(fn, torch.randn(64, 100), torch.randn(100, 8), rtol=1e-4, atol=1e-4)
+    lines = compiled.artifact.wrapper_source.splitlines()
+    last_kernel = max(i for i, line in enumerate(lines) if "data_ptr()" in line)
+    freed = [i for i, line in enumerate(lines) if line.strip().startswith("del ")]
+    assert freed and min(freed) < last_kernel, compiled.artifact.wrapper_source
+
+
 def test_outputs_keep_eager_strides():
     x = torch.randn(8, 6)
     compiled = compile_fn(lambda a: (a + 1).t().contiguous().t() * 1, x)
