@@ -9,9 +9,10 @@ Capture is the core, backends are plugins::
 
 from torchkiln import config, exc
 from torchkiln.api import CompiledModule, compile
-from torchkiln.capture import counters, explain, reset
+from torchkiln.capture import explain, reset
 from torchkiln.plugin import Backend, Option, Requirement
 from torchkiln.registry import list_backends, register_backend
+from torchkiln.stats import counters
 
 __all__ = [
     "Backend",

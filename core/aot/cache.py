@@ -39,7 +39,6 @@ import torchkiln
 from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta
 from torchkiln.aot.runtime import TrainingPlan
-from torchkiln.capture.cache import counters
 from torchkiln.capture.guards import autocast_state
 from torchkiln.disk_cache import (
     Uncacheable,
@@ -52,6 +51,7 @@ from torchkiln.disk_cache import (
     stable_name,
     write_entry,
 )
+from torchkiln.stats import counters
 
 #: Bump when the entry layout changes.
 FORMAT = 1

@@ -4,7 +4,7 @@
 ``fn``; see ``README.md`` in this folder for how the pieces fit.
 """
 
-from torchkiln.capture.cache import counters, optimize, reset
+from torchkiln.capture.cache import optimize, reset
 from torchkiln.capture.explain import ExplainOutput, explain
 
-__all__ = ["ExplainOutput", "counters", "explain", "optimize", "reset"]
+__all__ = ["ExplainOutput", "explain", "optimize", "reset"]

@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import math
 import operator
-import sys
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from torch._library.custom_ops import CustomOpDef
 
 from torchkiln.capture import variables as V
 from torchkiln.capture.runtime import GradModeRestore
+from torchkiln.capture.targets import is_stdlib
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -274,8 +274,3 @@ def _is_user_object(value: Any) -> bool:
     if is_stdlib(cls.__module__) or _is_torch(cls):
         return False
     return hasattr(value, "__dict__")
-
-
-def is_stdlib(module: str | None) -> bool:
-    """Standard-library code is called, not traced (``logging``, ``time``...)."""
-    return bool(module) and module.partition(".")[0] in sys.stdlib_module_names

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchkiln.capture import variables as V
+from torchkiln.capture.builder import is_pure_builtin
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -74,8 +75,6 @@ def call_builtin(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.Variabl
     handler = _HANDLERS.get(fn)
     if handler is not None:
         return handler(tx, *args, **kwargs)
-    from torchkiln.capture.builder import is_pure_builtin
-
     if _all_constant(args, kwargs) and is_pure_builtin(fn):
         return fold(fn, *_consts(args), **{k: v.as_python_constant() for k, v in kwargs.items()})
     if getattr(fn, "__module__", None) in ("_operator", "operator") and not kwargs:
@@ -271,7 +270,7 @@ def _callable(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
     guarded wherever the object came from."""
     if obj.is_constant():
         return V.ConstantVariable(callable(obj.as_python_constant()))
-    return V.ConstantVariable(V._class_lookup(obj.python_type(), "__call__") is not V._MISSING)
+    return V.ConstantVariable(V.class_lookup(obj.python_type(), "__call__") is not V.MISSING)
 
 
 def _scalar(fn: Any) -> Any:
@@ -310,6 +309,10 @@ def _map(tx: Translator, fn: V.VariableTracker, *its: V.VariableTracker) -> V.Va
 
 def _filter(tx: Translator, fn: V.VariableTracker, it: V.VariableTracker) -> V.VariableTracker:
     return V.FilterVariable(fn, it.make_iterator(tx))
+
+
+def object_init(*args: Any) -> None:
+    """``object.__init__`` reached through ``super().__init__()`` (``SuperVariable``): nothing to do."""
 
 
 def _object_init(
@@ -359,7 +362,7 @@ _HANDLERS: dict[Any, Any] = {
     sorted: _sorted,
     map: _map,
     filter: _filter,
-    V._object_init: _object_init,
+    object_init: _object_init,
     print: _print,
     id: _unsupported("id"),
     input: _unsupported("input"),
@@ -453,7 +456,7 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
         return V.UserObjectVariable(None, cls=cls, attrs=values)
     if _is_plain_user_class(cls):
         obj = V.UserObjectVariable(None, cls=cls)
-        init = V._class_lookup(cls, "__init__")
+        init = V.class_lookup(cls, "__init__")
         if isinstance(init, types.FunctionType):
             tx.inline_call(init, [obj, *args], kwargs)
         elif args or kwargs:

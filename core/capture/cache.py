@@ -16,7 +16,6 @@ one ``Counter`` increment (``counters["cache"]["hits"]``) and the call.
 
 from __future__ import annotations
 
-import collections
 import functools
 import inspect
 import logging
@@ -31,6 +30,7 @@ from torchkiln import config, logs
 from torchkiln.capture import persist
 from torchkiln.capture.builder import grad_mode_decorated
 from torchkiln.capture.capture import CacheEntry, capture_frame
+from torchkiln.capture.resume import clear_resume_codes
 from torchkiln.capture.signature import (
     MISSING,
     call_original_source,
@@ -39,23 +39,11 @@ from torchkiln.capture.signature import (
 )
 from torchkiln.capture.targets import frame_function
 from torchkiln.exc import NotImplementedYet, RecompileLimitExceeded
+from torchkiln.stats import counters
 
 log = logging.getLogger("torchkiln")
 
 
-class KilnCounter(collections.Counter):
-    """A ``Counter`` whose ``c[k] += 1`` stays in C.
-
-    ``Counter`` defines ``__delitem__`` in Python, which routes every item
-    assignment through Python too (3x slower); the cache-hit count is on
-    the hot path of every call. ``del c[k]`` raises for a missing key.
-    """
-
-    __delitem__ = dict.__delitem__
-
-
-#: ``counters[group][name]``, in the shape of torch's; cleared by ``reset()``.
-counters: collections.defaultdict[str, collections.Counter] = collections.defaultdict(KilnCounter)
 _cache_counter = counters["cache"]
 
 #: Held while capturing and compiling: the translator, the AOT layer and backends share
@@ -154,8 +142,6 @@ def frame_cache(code: types.CodeType) -> FrameCache:
 
 def reset() -> None:
     """Clear every cache entry and counter (wrappers stay valid and recapture)."""
-    from torchkiln.capture.resume import clear_resume_codes
-
     with compile_lock:
         for cache in _caches.values():
             cache.clear()
@@ -199,18 +185,16 @@ def _run_for_miss(
     previous = cache.details[cfg]
     limit = config.cache_size_limit
     if len(previous) >= limit:
-        why = (
-            f"last failing guard: {_failed_guard(previous[-1], fn, args)}"
-            if previous
-            else "compiling is off"
-        )
-        message = f"{where(cache.code)} hit config.cache_size_limit={limit}; {why}"
+        # every later call of this frame with new inputs comes here: the message (which
+        # runs the failing entry's guards one by one) is built only when it is shown
         if config.error_on_recompile_limit:
-            raise RecompileLimitExceeded(message)
+            raise RecompileLimitExceeded(_limit_message(cache, previous, fn, args))
         counters["eager_fallback"]["cache_size_limit"] += 1
         if not cache.limit_logged:
             cache.limit_logged = True
-            log.warning("%s; running it eagerly for new inputs", message)
+            log.warning(
+                "%s; running it eagerly for new inputs", _limit_message(cache, previous, fn, args)
+            )
         return cache.call_original
     if previous:
         counters["recompiles"]["total"] += 1
@@ -239,6 +223,17 @@ def _run_for_miss(
     else:
         counters["frames"]["ok"] += 1
     return entry.run
+
+
+def _limit_message(
+    cache: FrameCache, previous: list[CacheEntry], fn: types.FunctionType, args: tuple
+) -> str:
+    why = (
+        f"last failing guard: {_failed_guard(previous[-1], fn, args)}"
+        if previous
+        else "compiling is off"
+    )
+    return f"{where(cache.code)} hit config.cache_size_limit={config.cache_size_limit}; {why}"
 
 
 def _failed_guard(entry: CacheEntry, fn: types.FunctionType, args: tuple) -> str:

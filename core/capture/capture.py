@@ -29,8 +29,9 @@ from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import GuardSet
 from torchkiln.capture.output_graph import OutputGraph
-from torchkiln.capture.signature import frame_param_names, params_text
-from torchkiln.capture.translator import RealCellVariable, StopAtBreak, Translator
+from torchkiln.capture.signature import call_original_source, frame_param_names, params_text
+from torchkiln.capture.translator import StopAtBreak, Translator
+from torchkiln.capture.variables.functions import RealCellVariable
 from torchkiln.exc import CaptureError, Unsupported
 
 
@@ -189,8 +190,6 @@ def capture_whole_frame(
 
 def eager_entry(fn: types.FunctionType, guards: GuardSet, reason: Unsupported) -> CacheEntry:
     """Run the frame uncompiled for inputs that pass the guards gathered before ``reason``."""
-    from torchkiln.capture.signature import call_original_source
-
     code = fn.__code__
     params = params_text(code)
     filename = f"<torchkiln eager {code.co_name}>"

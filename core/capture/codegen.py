@@ -16,9 +16,7 @@ rebuilt literally. The transformed function then is::
 
 from __future__ import annotations
 
-import functools
 import math
-import types
 from typing import Any
 
 import torch
@@ -26,6 +24,7 @@ import torch
 from torchkiln.capture import variables as V
 from torchkiln.capture.guards import GuardSet
 from torchkiln.capture.output_graph import OutputGraph
+from torchkiln.capture.runtime import make_object
 from torchkiln.exc import Unsupported
 
 _LITERAL_TYPES = (int, str, bool, type(None), bytes)
@@ -101,31 +100,13 @@ class FrameCodegen:
         if isinstance(vt, V.ValueVariable) and vt.value is not None:
             return self.bind(vt.value)
         if isinstance(vt, V.UserObjectVariable):
-            from torchkiln.capture.runtime import make_object
-
             fields = ", ".join(f"{k!r}: {self.reconstruct(v)}" for k, v in vt.attrs.items())
             return (
                 f"{self.bind(make_object, 'make_object')}({self.bind(vt.cls, 'cls')}, {{{fields}}})"
             )
         if isinstance(vt, V.SliceVariable):
             return f"slice({', '.join(self.reconstruct(p) for p in vt.parts)})"
-        if isinstance(vt, (V.IteratorVariable, V.DictViewVariable, V.NestedFunctionVariable)):
-            return vt.reconstruct(self)
-        if isinstance(vt, V.UserMethodVariable):
-            return f"{self.bind(types.MethodType)}({self.bind(vt.fn)}, {self.reconstruct(vt.obj)})"
-        if isinstance(vt, V.PartialVariable):
-            args = [self.reconstruct(a) for a in vt.args]
-            kwargs = [f"{k}={self.reconstruct(v)}" for k, v in vt.kwargs.items()]
-            return f"{self.bind(functools.partial)}({', '.join([self.reconstruct(vt.func), *args, *kwargs])})"
-        if isinstance(vt, (V.BoundMethodVariable, V.OpaqueAttributeVariable)):
-            return f"{self.reconstruct(vt.obj)}.{vt.name}"
-        if isinstance(vt, V.GradModeExitVariable):
-            from torchkiln.capture.runtime import GradModeRestore
-
-            return f"{self.bind(GradModeRestore, 'GradModeRestore')}({vt.prev!r})"
-        raise Unsupported(
-            f"cannot rebuild {vt.describe()} after the graph (e.g. a function created in the frame)"
-        )
+        return vt.reconstruct(self)
 
     def literal(self, vt: V.VariableTracker) -> str:
         """A fresh container with ``vt``'s current items (ignores its source)."""

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from torchkiln.capture.variables import is_constant_value
+from torchkiln.capture.variables.constants import is_constant_value
 
 _NO_REPLAY: tuple = ()
 

@@ -35,12 +35,12 @@ import torch
 
 from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture import variables as V
-from torchkiln.capture.builder import is_stdlib
 from torchkiln.capture.capture import CacheEntry, compile_graph_of, finish_entry, translate
 from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.resume import ITER, NULL, VALUE, handler_at, resume_code
 from torchkiln.capture.signature import params_text
+from torchkiln.capture.targets import is_stdlib
 from torchkiln.compiled_module import call_override, has_call_hooks
 from torchkiln.exc import Unsupported
 
@@ -56,18 +56,18 @@ class ResumeCall:
     """
 
     def __init__(self, parent: types.CodeType, layout: tuple, cfg: Any, compiled: bool):
-        from torchkiln.capture.cache import frame_cache
+        # imported here, once: the cache module imports this one (an import per call costs ~1 µs)
+        from torchkiln.capture.cache import frame_cache, run_frame
 
         self.layout = layout
         self.code = resume_code(parent, *layout)
         self.cfg = cfg
         self.compiled = compiled
         self.cache = frame_cache(self.code)
+        self.run_frame = run_frame
         self._last: tuple | None = None
 
     def __call__(self, parent: types.FunctionType, *args: Any) -> Any:
-        from torchkiln.capture.cache import run_frame
-
         last = self._last
         if last is not None and last[0]() is parent:
             fn = last[1]
@@ -78,7 +78,7 @@ class ResumeCall:
             self._last = (weakref.ref(parent, self._forget), fn)
         if not self.compiled:
             return fn(*args)
-        return run_frame(fn, self.cfg, self.cache, args)
+        return self.run_frame(fn, self.cfg, self.cache, args)
 
     def _forget(self, parent: weakref.ref) -> None:
         """The parent function died: drop the resume function holding its closure."""
@@ -91,23 +91,26 @@ class CallThroughDispatch:
     """Runs the call a graph broke at; Python callees go through their own dispatch wrapper."""
 
     def __init__(self, cfg: Any):
+        # imported here, once: the cache module imports this one
+        from torchkiln.capture.cache import dispatcher
+
         self.cfg = cfg
+        self.dispatcher = dispatcher
         self.wrappers: dict[types.CodeType, Any] = {}
 
     def __call__(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from torchkiln.capture.cache import dispatcher
-
         target, bound = fn, ()
-        if hasattr(fn, "_torchkiln_original"):  # compiled already: it dispatches itself
-            return fn(*args, **kwargs)
         if isinstance(fn, torch.nn.Module):
             # What calling the module runs, read from its class without running descriptors
-            # (a TorchScript module's ``forward`` is one, and runs natively).
+            # (a TorchScript module's ``forward`` is one, and runs natively). Tested before
+            # ``hasattr`` below, which on a module runs ``nn.Module.__getattr__`` and raises.
             override = call_override(fn)
             if override is not None:
                 target, bound = override, (fn,)
             elif not has_call_hooks(fn):
                 target, bound = inspect.getattr_static(type(fn), "forward", None), (fn,)
+        elif hasattr(fn, "_torchkiln_original"):  # compiled already: it dispatches itself
+            return fn(*args, **kwargs)
         elif isinstance(fn, types.MethodType):
             target, bound = fn.__func__, (fn.__self__,)
         module = getattr(target, "__module__", None) or ""
@@ -119,7 +122,7 @@ class CallThroughDispatch:
             return fn(*args, **kwargs)
         dispatch = self.wrappers.get(target.__code__)
         if dispatch is None:  # one per code, holding no function (closures die as in eager)
-            dispatch = self.wrappers[target.__code__] = dispatcher(target.__code__, self.cfg)
+            dispatch = self.wrappers[target.__code__] = self.dispatcher(target.__code__, self.cfg)
         return dispatch(target, *bound, *args, **kwargs)
 
 

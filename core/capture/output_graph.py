@@ -23,8 +23,10 @@ import torch
 import torch.fx
 
 from torchkiln.capture import variables as V
+from torchkiln.capture.builder import build
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import COST_GLOBAL_STATE, GuardSet
+from torchkiln.capture.variables.nn_modules import MODULE_MEMBER_METHODS
 from torchkiln.compiled_module import call_override, has_call_hooks
 from torchkiln.exc import Unsupported
 
@@ -48,13 +50,6 @@ DATA_DEPENDENT_METHODS = {
     "storage",
     "untyped_storage",
 }
-
-
-#: ``nn.Module`` methods answered from the real module's structure (its member names guarded).
-MODULE_MEMBER_METHODS = {
-    "parameters", "named_parameters", "buffers", "named_buffers",
-    "children", "named_children", "modules", "named_modules",
-}  # fmt: skip
 
 
 class SideEffects:
@@ -242,10 +237,10 @@ class OutputGraph:
                 return self.wrap(members[name], f"{src}.{table}[{name!r}]" if src else None)
         if name in module.__dict__:
             return self.wrap(module.__dict__[name], f"{src}.{name}" if src else None)
-        class_attr = V._class_lookup(type(module), name)
+        class_attr = V.class_lookup(type(module), name)
         if isinstance(class_attr, property):  # a data descriptor: no instance attribute wins
             return self.wrap(class_attr.fget, None).call(tx, [vt], {})
-        if class_attr is V._MISSING:
+        if class_attr is V.MISSING:
             if hasattr(module, name):  # the class's own ``__getattr__`` answers it
                 raise Unsupported(f"{vt.describe()}.{name} comes from a custom __getattr__")
             if src:
@@ -392,8 +387,6 @@ class OutputGraph:
 
     def wrap(self, value: Any, source: str | None) -> V.VariableTracker:
         """The tracker for a real value read through ``source``, adding the guards it needs."""
-        from torchkiln.capture.builder import build
-
         if V.is_constant_value(value):
             if source is not None:
                 self.guards.constant(source, value)

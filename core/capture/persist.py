@@ -67,6 +67,7 @@ from torchkiln.disk_cache import (
     write_entry,
 )
 from torchkiln.exc import Unsupported
+from torchkiln.stats import counters
 
 #: Bump when the record layout changes.
 FORMAT = 2
@@ -79,12 +80,6 @@ _PLAIN_TYPES = (
     type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
     torch.dtype, torch.device, torch.layout, torch.memory_format,
 )  # fmt: skip
-
-
-def _counters() -> Any:
-    from torchkiln.capture.cache import counters
-
-    return counters["capture_cache"]
 
 
 @dataclass
@@ -174,13 +169,13 @@ def store(fn: types.FunctionType, cfg: Any, entry: CacheEntry) -> None:
         records = [*previous, record][-max(config.cache_size_limit, 1) :]
         data = dumps((FORMAT, records))
     except (Uncacheable, pickle.PicklingError, TypeError, AttributeError) as e:
-        _counters()["unportable"] += 1
+        counters["capture_cache"]["unportable"] += 1
         logs.artifact("capture_cache", "not kept: %s: %s", fn.__code__.co_qualname, e)
         return
     if not write_entry(path, data):
         logs.artifact("capture_cache", "could not write %s", path)
         return
-    _counters()["stores"] += 1
+    counters["capture_cache"]["stores"] += 1
 
 
 def _same(a: Record, b: Record) -> bool:
@@ -392,9 +387,9 @@ def load(fn: types.FunctionType, cfg: Any, args: tuple) -> CacheEntry | None:
             logs.artifact("capture_cache", "record of %s not used: %s", fn.__code__.co_qualname, e)
             continue
         if entry is not None:
-            _counters()["hits"] += 1
+            counters["capture_cache"]["hits"] += 1
             return entry
-    _counters()["misses"] += 1
+    counters["capture_cache"]["misses"] += 1
     return None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -65,3 +66,8 @@ def call_through(target: Callable) -> types.FunctionType:
     call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
     call.__name__ = call.__qualname__ = name
     return call
+
+
+def is_stdlib(module: str | None) -> bool:
+    """Standard-library code is called, not traced (``logging``, ``time``...)."""
+    return bool(module) and module.partition(".")[0] in sys.stdlib_module_names

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchkiln.capture import builtins
 from torchkiln.capture import variables as V
-from torchkiln.capture.builtins import construct_class
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ STATE_QUERIES = {
 
 def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
     if isinstance(fn, type):
-        return construct_class(tx, fn, args, kwargs)
+        return builtins.construct_class(tx, fn, args, kwargs)
     if fn in REFUSED:
         raise Unsupported(f"torch.{fn.__name__}() changes global state")
     if fn is torch.is_grad_enabled:

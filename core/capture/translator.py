@@ -27,9 +27,10 @@ import torch
 from torchkiln.capture import bytecode
 from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture import variables as V
-from torchkiln.capture.builder import is_stdlib
 from torchkiln.capture.builtins import fold
 from torchkiln.capture.output_graph import OutputGraph
+from torchkiln.capture.targets import is_stdlib
+from torchkiln.capture.variables.functions import RealCellVariable
 from torchkiln.exc import CaptureError, Unsupported
 
 MAX_INLINE_DEPTH = 64
@@ -59,15 +60,6 @@ class StopAtBreak(Exception):
 
     def __init__(self, translator: Translator):
         self.translator = translator
-
-
-class RealCellVariable(V.VariableTracker):
-    """A closure cell that exists outside the frame; reads are guarded, writes refused."""
-
-    def __init__(self, cell: types.CellType, source: str):
-        self.cell = cell
-        self.source = source
-        self.override: V.VariableTracker | None = None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -233,7 +225,7 @@ class Translator:
             return self.binary_op(base, a, b)
         if isinstance(a, V.UserObjectVariable):  # its own operator comes first, even with a tensor
             method = f"__{'i' if inplace else ''}{_DUNDER[base]}__"
-            if V._class_lookup(a.cls, method) not in (V._MISSING, getattr(object, method, None)):
+            if V.class_lookup(a.cls, method) not in (V.MISSING, getattr(object, method, None)):
                 return self.call_function(self.getattr(a, method), [b], {})
         if isinstance(a, V.TensorVariable) or isinstance(b, V.TensorVariable):
             return self.output.call_op("call_function", fn, [a, b], {})
@@ -1070,8 +1062,8 @@ def bind_arguments(
 
 def _defines_eq(vt: V.VariableTracker) -> bool:
     """A user object whose class has its own ``__eq__`` (so ``==`` is not ``is``)."""
-    return isinstance(vt, V.UserObjectVariable) and V._class_lookup(vt.cls, "__eq__") not in (
-        V._MISSING,
+    return isinstance(vt, V.UserObjectVariable) and V.class_lookup(vt.cls, "__eq__") not in (
+        V.MISSING,
         object.__eq__,
     )
 

@@ -1,0 +1,133 @@
+"""Variable trackers: what the translator knows about each stack slot and local.
+
+Every value the symbolic interpreter handles is a ``VariableTracker``. A
+tracker knows the Python type of the value it stands for, how to read its
+attributes, call it, iterate over it, and (through ``codegen.reconstruct``)
+how to rebuild the real value after the graph ran. ``source`` is the Python
+expression, valid in the guard and transformed functions, that reads the
+real value at call time; trackers without a source were created by the
+frame itself.
+
+Behaviour that needs the translator (graph ops, inlining) receives ``tx``.
+
+One module per family:
+
+| module | trackers |
+|---|---|
+| ``base`` | the protocol (``VariableTracker``), ``NULL``, ``ValueVariable`` (held by identity), ``IteratorVariable``, ``class_lookup`` |
+| ``constants`` | immutable values (``ConstantVariable``), slices with traced bounds |
+| ``tensors`` | ``TensorVariable``, guards on tensor state read in the frame |
+| ``containers`` | lists, tuples, dicts, mapping proxies, sets, dict views |
+| ``iterators`` | iterators over containers, ``map``/``filter``/``zip``/``enumerate``, generators |
+| ``functions`` | builtins, user and nested functions, methods, ``partial``, closure cells |
+| ``objects`` | Python modules, classes, user objects, ``super()`` |
+| ``opaque`` | objects not traced into (C functions, TorchScript...) |
+| ``lookups`` | C methods and mapping lookups on real objects, answered at capture time |
+| ``nn_modules`` | ``nn.Module`` instances |
+| ``torch_objects`` | torch callables, grad-mode context managers |
+
+Families build each other's trackers (a constant's method is a builtin, a
+list's iterator is an iterator), so they import each other as modules and
+read the names when called; only ``base`` is imported by name, and it imports
+no family. Import order therefore does not matter.
+"""
+
+from torchkiln.capture.variables.base import (
+    MISSING,
+    NULL,
+    IteratorVariable,
+    ValueVariable,
+    VariableTracker,
+    class_lookup,
+)
+from torchkiln.capture.variables.constants import (
+    CONSTANT_TYPES,
+    ConstantVariable,
+    SliceVariable,
+    is_constant_value,
+)
+from torchkiln.capture.variables.containers import (
+    ContainerVariable,
+    DictVariable,
+    DictViewVariable,
+    ListVariable,
+    SetVariable,
+    TupleVariable,
+)
+from torchkiln.capture.variables.functions import (
+    BoundMethodVariable,
+    BuiltinVariable,
+    CellVariable,
+    NestedFunctionVariable,
+    PartialVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+)
+from torchkiln.capture.variables.iterators import (
+    EnumerateVariable,
+    FilterVariable,
+    GeneratorVariable,
+    MapVariable,
+    ZipVariable,
+)
+from torchkiln.capture.variables.lookups import literal_repr
+from torchkiln.capture.variables.nn_modules import NNModuleVariable
+from torchkiln.capture.variables.objects import (
+    ClassVariable,
+    PythonModuleVariable,
+    SuperVariable,
+    UserObjectVariable,
+)
+from torchkiln.capture.variables.opaque import OpaqueVariable, TorchScriptVariable
+from torchkiln.capture.variables.tensors import TensorVariable, guard_tensor_state
+from torchkiln.capture.variables.torch_objects import (
+    GradModeDecoratedVariable,
+    GradModeExitVariable,
+    GradModeVariable,
+    TorchFunctionVariable,
+)
+
+__all__ = [
+    "CONSTANT_TYPES",
+    "MISSING",
+    "NULL",
+    "BoundMethodVariable",
+    "BuiltinVariable",
+    "CellVariable",
+    "ClassVariable",
+    "ConstantVariable",
+    "ContainerVariable",
+    "DictVariable",
+    "DictViewVariable",
+    "EnumerateVariable",
+    "FilterVariable",
+    "GeneratorVariable",
+    "GradModeDecoratedVariable",
+    "GradModeExitVariable",
+    "GradModeVariable",
+    "IteratorVariable",
+    "ListVariable",
+    "MapVariable",
+    "NNModuleVariable",
+    "NestedFunctionVariable",
+    "OpaqueVariable",
+    "PartialVariable",
+    "PythonModuleVariable",
+    "SetVariable",
+    "SliceVariable",
+    "SuperVariable",
+    "TensorVariable",
+    "TorchFunctionVariable",
+    "TorchScriptVariable",
+    "TupleVariable",
+    "UserFunctionVariable",
+    "UserMethodVariable",
+    "UserObjectVariable",
+    "ValueVariable",
+    "VariableTracker",
+    "ZipVariable",
+    "class_lookup",
+    "guard_tensor_state",
+    "is_constant_value",
+    "literal_repr",
+]

@@ -1,0 +1,112 @@
+"""Immutable Python values the translator computes with at capture time (numbers, strings,
+dtypes, sizes, ranges, enums...), and slices whose bounds are not all constants."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchkiln.capture.variables import containers, functions
+from torchkiln.capture.variables.base import VariableTracker
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.translator import Translator
+
+
+CONSTANT_TYPES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    type(Ellipsis),
+    type(NotImplemented),
+    torch.dtype,
+    torch.device,
+    torch.Size,
+    torch.layout,
+    torch.memory_format,
+    range,
+    slice,
+    frozenset,
+)
+
+#: Immutable by design (slots, no setters): ``inspect.signature`` results and their parts.
+IMMUTABLE_TYPES = (inspect.Signature, inspect.Parameter)
+
+
+def is_constant_value(value: Any) -> bool:
+    """Immutable Python values the translator can compute with at capture time."""
+    if isinstance(value, (enum.Enum, *IMMUTABLE_TYPES)):
+        return True
+    if type(value) in CONSTANT_TYPES:
+        if isinstance(value, (slice, frozenset)):
+            parts = (value.start, value.stop, value.step) if isinstance(value, slice) else value
+            return all(is_constant_value(p) for p in parts)
+        return True
+    if type(value) is tuple:
+        return all(is_constant_value(v) for v in value)
+    return False
+
+
+class ConstantVariable(VariableTracker):
+    """An immutable Python value (numbers, strings, None, dtypes, sizes, ranges...)."""
+
+    def __init__(self, value: Any, source: str | None = None):
+        self.value = value
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}") from e
+        if is_constant_value(attr):
+            return ConstantVariable(attr)
+        if isinstance(attr, types.MappingProxyType) and isinstance(self.value, IMMUTABLE_TYPES):
+            # ``Signature.parameters``: a read-only view that the immutable owner never changes
+            source = f"{tx.output.guards.bind(self.value, 'const')}.{name}"
+            return containers.ReadOnlyDictVariable(
+                {k: ConstantVariable(v) for k, v in attr.items()}, source
+            )
+        if callable(attr):
+            return functions.BuiltinVariable(attr)
+        raise Unsupported(f"attribute {name!r} of {type(self.value).__name__}")
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        try:
+            return [ConstantVariable(v) for v in self.value]
+        except TypeError as e:
+            raise Unsupported(f"iterating over {type(self.value).__name__}") from e
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.value)
+
+    def __repr__(self) -> str:
+        return f"Constant({self.value!r})"
+
+
+class SliceVariable(VariableTracker):
+    """A slice whose bounds are not all constants (e.g. computed from tensors)."""
+
+    def __init__(self, parts: list[VariableTracker]):
+        self.parts = parts
+
+    def python_type(self) -> type:
+        return slice

@@ -1,0 +1,338 @@
+"""Lists, tuples (and namedtuples, structseqs), dicts, read-only mappings, sets and dict views.
+
+A container with a source that the frame mutates is logged in ``side_effects`` and
+written back after the graph ran.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+from torchkiln.capture.variables import constants, functions, iterators
+from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.translator import Translator
+
+
+class ContainerVariable(VariableTracker):
+    """Shared behaviour of lists and tuples."""
+
+    def __init__(self, items: list[VariableTracker], source: str | None = None):
+        self.items = list(items)
+        self.source = source
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return list(self.items)
+
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        return iterators.SequenceIteratorVariable(self)
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.items)
+
+    def is_constant(self) -> bool:
+        return all(i.is_constant() for i in self.items)
+
+    def as_python_constant(self) -> Any:
+        return self.python_type()(i.as_python_constant() for i in self.items)
+
+    def getitem(self, tx: Translator, index: Any) -> VariableTracker:
+        if isinstance(index, slice):
+            return (
+                type(self)(self.items[index])
+                if type(self) is not TupleVariable
+                else TupleVariable(self.items[index])
+            )
+        if isinstance(index, int):
+            try:
+                return self.items[index]
+            except IndexError as e:
+                raise Unsupported(f"index {index} out of range of a {self.describe()}") from e
+        raise Unsupported(f"indexing a {self.describe()} with {type(index).__name__}")
+
+
+class ListVariable(ContainerVariable):
+    """A Python list; mutations of a list with a source are replayed after the graph."""
+
+    def python_type(self) -> type:
+        return list
+
+    def is_constant(self) -> bool:
+        return False
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        items = self.items
+        if name in (
+            "append",
+            "extend",
+            "insert",
+            "pop",
+            "clear",
+            "reverse",
+            "remove",
+            "sort",
+            "__setitem__",
+        ):
+            tx.output.side_effects.mutate(self)
+        if name == "append":
+            items.append(args[0])
+        elif name == "extend":
+            self.extend(tx, args[0])
+        elif name == "insert":
+            items.insert(args[0].as_python_constant(), args[1])
+        elif name == "pop":
+            index = args[0].as_python_constant() if args else -1
+            return items.pop(index)
+        elif name == "clear":
+            items.clear()
+        elif name == "reverse":
+            items.reverse()
+        elif name == "remove":
+            value = args[0].as_python_constant()
+            for i, item in enumerate(items):
+                if item.is_constant() and item.as_python_constant() == value:
+                    del items[i]
+                    break
+            else:
+                raise Unsupported("list.remove of a value not found")
+        elif name == "sort" and not kwargs:
+            values = sorted(i.as_python_constant() for i in items)
+            items[:] = [constants.ConstantVariable(v) for v in values]
+        elif name in ("index", "count", "copy", "__len__"):
+            if name == "copy":
+                return ListVariable(items)
+            if name == "__len__":
+                return constants.ConstantVariable(len(items))
+            values = [i.as_python_constant() for i in items]
+            return constants.ConstantVariable(getattr(values, name)(args[0].as_python_constant()))
+        else:
+            raise Unsupported(f"list.{name}")
+        return constants.ConstantVariable(None)
+
+    def extend(self, tx: Translator, iterable: VariableTracker) -> None:
+        """``list.extend``: a list or tuple is copied first; any other iterable is appended item
+        by item, so an iterable that reads this list sees the items appended so far."""
+        if isinstance(iterable, ContainerVariable):
+            self.items.extend(iterable.items)
+            return
+        iterator = iterable.make_iterator(tx)
+        while (item := iterator.next(tx)) is not None:
+            self.items.append(item)
+
+
+class TupleVariable(ContainerVariable):
+    """A tuple, a namedtuple (``cls``) or a torch structseq such as ``torch.return_types.max``."""
+
+    def __init__(
+        self,
+        items: list[VariableTracker],
+        source: str | None = None,
+        cls: type = tuple,
+        fields: tuple[str, ...] | None = None,
+    ):
+        super().__init__(items, source)
+        self.cls = cls
+        self.fields = fields
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def as_python_constant(self) -> Any:
+        if self.cls is not tuple:
+            raise Unsupported(f"{self.cls.__name__} is not a Python constant")
+        return super().as_python_constant()
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if self.fields and name in self.fields:
+            return self.items[self.fields.index(name)]
+        if name in ("index", "count", "_asdict", "_replace"):
+            return functions.BoundMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of {self.cls.__name__}")
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name in ("index", "count"):
+            values = [i.as_python_constant() for i in self.items]
+            return constants.ConstantVariable(getattr(values, name)(args[0].as_python_constant()))
+        if name == "_asdict" and self.fields:
+            return DictVariable(dict(zip(self.fields, self.items)))
+        if name == "_replace" and self.fields:
+            items = list(self.items)
+            for key, value in kwargs.items():
+                items[self.fields.index(key)] = value
+            return TupleVariable(items, cls=self.cls, fields=self.fields)
+        return super().call_method(tx, name, args, kwargs)
+
+
+DICT_MUTATORS = ("__setitem__", "update", "pop", "setdefault", "clear", "popitem", "__delitem__")
+
+
+class DictVariable(VariableTracker):
+    """A dict with constant keys; mutations of a dict with a source are replayed."""
+
+    def __init__(self, items: dict, source: str | None = None):
+        self.items = dict(items)
+        self.source = source
+
+    def python_type(self) -> type:
+        return dict
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.items)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return [constants.ConstantVariable(k) for k in self.items]
+
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        return iterators.DictIteratorVariable(self, "keys")
+
+    def getitem(self, tx: Translator, key: Any) -> VariableTracker:
+        try:
+            return self.items[key]
+        except KeyError as e:
+            raise Unsupported(f"dict key {key!r} not found") from e
+        except TypeError as e:
+            raise Unsupported(f"unhashable dict key {key!r}") from e
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        items = self.items
+        consts = [a.as_python_constant() if a.is_constant() else a for a in args[:1]]
+        if name in DICT_MUTATORS:
+            tx.output.side_effects.mutate(self)
+        if name == "__setitem__":
+            items[consts[0]] = args[1]
+        elif name == "__delitem__":
+            del items[consts[0]]
+        elif name == "get":
+            return items.get(
+                consts[0], args[1] if len(args) > 1 else constants.ConstantVariable(None)
+            )
+        elif name in ("keys", "values", "items"):
+            return DictViewVariable(self, name)
+        elif name == "update":
+            if args:
+                other = args[0]
+                if not isinstance(other, DictVariable):
+                    raise Unsupported(f"dict.update with {other.describe()}")
+                items.update(other.items)
+            for key, value in kwargs.items():
+                items[key] = value
+        elif name == "pop":
+            if consts[0] in items:
+                return items.pop(consts[0])
+            if len(args) > 1:
+                return args[1]
+            raise Unsupported(f"dict.pop of missing key {consts[0]!r}")
+        elif name == "setdefault":
+            return items.setdefault(
+                consts[0], args[1] if len(args) > 1 else constants.ConstantVariable(None)
+            )
+        elif name == "clear":
+            items.clear()
+        elif name == "copy":
+            return DictVariable(items)
+        elif name == "__contains__":
+            return constants.ConstantVariable(consts[0] in items)
+        elif name == "__len__":
+            return constants.ConstantVariable(len(items))
+        else:
+            raise Unsupported(f"dict.{name}")
+        return constants.ConstantVariable(None)
+
+
+class ReadOnlyDictVariable(DictVariable):
+    """A ``types.MappingProxyType`` of constants: read like a dict, writes refused as Python does.
+
+    ``source`` reads the real proxy, so a rebuilt value is the proxy itself.
+    """
+
+    def python_type(self) -> type:
+        return types.MappingProxyType
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name in DICT_MUTATORS:
+            raise Unsupported(f"mappingproxy.{name} (a read-only mapping)")
+        return super().call_method(tx, name, args, kwargs)
+
+
+class SetVariable(VariableTracker):
+    """A set of constants (its elements are tracked as Python values)."""
+
+    def __init__(self, values: set, source: str | None = None):
+        self.values = set(values)
+        self.source = source
+
+    def python_type(self) -> type:
+        return set
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.values)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return [constants.ConstantVariable(v) for v in self.values]
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        consts = [a.as_python_constant() for a in args]
+        if name in ("add", "discard", "remove", "update", "clear", "pop"):
+            tx.output.side_effects.mutate(self)
+        if name in ("add", "discard", "remove", "clear"):
+            getattr(self.values, name)(*consts)
+        elif name == "update":
+            for c in consts:
+                self.values.update(c)
+        elif name in (
+            "union",
+            "intersection",
+            "difference",
+            "issubset",
+            "issuperset",
+            "__contains__",
+        ):
+            result = getattr(self.values, name)(*consts)
+            return (
+                SetVariable(result)
+                if isinstance(result, set)
+                else constants.ConstantVariable(result)
+            )
+        else:
+            raise Unsupported(f"set.{name}")
+        return constants.ConstantVariable(None)
+
+
+def _dict_entries(mapping: DictVariable, kind: str) -> list[VariableTracker]:
+    """What iterating ``mapping.<kind>()`` gives now."""
+    if kind == "keys":
+        return [constants.ConstantVariable(k) for k in mapping.items]
+    if kind == "values":
+        return list(mapping.items.values())
+    return [TupleVariable([constants.ConstantVariable(k), v]) for k, v in mapping.items.items()]
+
+
+class DictViewVariable(VariableTracker):
+    """``d.keys()`` / ``d.values()`` / ``d.items()``: a live view, read when it is used."""
+
+    def __init__(self, mapping: DictVariable, kind: str):
+        self.mapping = mapping
+        self.kind = kind
+
+    def python_type(self) -> type:
+        return type(getattr({}, self.kind)())
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return _dict_entries(self.mapping, self.kind)
+
+    def make_iterator(self, tx: Translator) -> IteratorVariable:
+        return iterators.DictIteratorVariable(self.mapping, self.kind)
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.mapping.items)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name == "__len__" and not args:
+            return constants.ConstantVariable(len(self.mapping.items))
+        raise Unsupported(f"{self.python_type().__name__}.{name}")
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"{codegen.reconstruct(self.mapping)}.{self.kind}()"

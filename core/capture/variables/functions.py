@@ -1,0 +1,179 @@
+"""Callables: bound methods, builtins, user functions (inlined), functions the frame makes
+(closures, lambdas), methods of tracked objects, ``functools.partial``, and closure cells."""
+
+from __future__ import annotations
+
+import functools
+import types
+from typing import TYPE_CHECKING, Any
+
+from torchkiln.capture import builtins
+from torchkiln.capture.runtime import make_function
+from torchkiln.capture.variables import constants
+from torchkiln.capture.variables.base import ValueVariable, VariableTracker
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.translator import Translator
+
+
+class BoundMethodVariable(VariableTracker):
+    """``obj.name`` looked up for a call: the call goes to ``obj.call_method``."""
+
+    def __init__(self, obj: VariableTracker, name: str):
+        self.obj = obj
+        self.name = name
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def describe(self) -> str:
+        return f"method {self.name!r} of {self.obj.describe()}"
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"{codegen.reconstruct(self.obj)}.{self.name}"
+
+
+class BuiltinVariable(ValueVariable):
+    """A builtin, ``math``/``operator`` function or a method of a constant: see ``builtins.py``."""
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return builtins.call_builtin(tx, self.value, args, kwargs)
+
+
+class UserFunctionVariable(ValueVariable):
+    """A user Python function: calls are inlined into the graph being built.
+
+    A few standard-library functions are not inlined but modelled
+    (``builtins.PYTHON_FUNCTIONS``), ``inspect.signature`` for one.
+    """
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        handler = builtins.PYTHON_FUNCTIONS.get(self.value)
+        if handler is not None:
+            return handler(tx, *args, **kwargs)
+        return tx.inline_call(self.value, args, kwargs)
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return constants.ConstantVariable(getattr(self.value, name))
+        if name == "__code__":  # read for its signature (co_varnames, co_argcount...)
+            code = self.value.__code__
+            if self.source:
+                tx.output.guards.identity(f"{self.source}.__code__", code)
+            return constants.ConstantVariable(code)
+        raise Unsupported(f"attribute {name!r} of function {self.value.__qualname__}")
+
+
+class NestedFunctionVariable(VariableTracker):
+    """A function created by ``MAKE_FUNCTION`` inside the frame (closures, lambdas, comprehensions)."""
+
+    def __init__(
+        self,
+        code: types.CodeType,
+        defaults: tuple | None,
+        kwdefaults: dict | None,
+        closure: tuple | None,
+        globals_: dict,
+    ):
+        self.code = code
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.closure = closure
+        self.globals = globals_
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def describe(self) -> str:
+        return f"nested function {self.code.co_name}"
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return tx.inline_nested(self, args, kwargs)
+
+    def reconstruct(self, codegen: Any) -> str:
+        """A new function object over the same code. Not for a closure over the frame's own
+        cells: the rebuilt cells would not be the ones the frame (or a resume function) uses."""
+        if not codegen.rebuilds_functions:
+            raise Unsupported(f"cannot pass {self.describe()} to a resume function")
+        cells = []
+        for cell in self.closure or ():
+            if not isinstance(cell, RealCellVariable):
+                raise Unsupported(f"cannot rebuild {self.describe()}: it closes over frame locals")
+            cells.append(cell.source.removesuffix(".cell_contents"))
+        defaults = "".join(f"{codegen.reconstruct(d)}, " for d in self.defaults or ())
+        kwdefaults = ", ".join(
+            f"{k!r}: {codegen.reconstruct(v)}" for k, v in (self.kwdefaults or {}).items()
+        )
+        parts = [
+            codegen.bind(self.code, "code"),
+            codegen.bind(self.globals, "G"),
+            f"({defaults})",
+            f"{{{kwdefaults}}}",
+            f"({''.join(f'{c}, ' for c in cells)})",
+        ]
+        return f"{codegen.bind(make_function, 'make_function')}({', '.join(parts)})"
+
+
+class UserMethodVariable(VariableTracker):
+    """A user function bound to a tracked ``self``."""
+
+    def __init__(self, fn: Any, obj: VariableTracker):
+        self.fn = fn
+        self.obj = obj
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def describe(self) -> str:
+        return f"method {getattr(self.fn, '__qualname__', self.fn)}"
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        if isinstance(self.fn, types.FunctionType):
+            return tx.inline_call(self.fn, [self.obj, *args], kwargs)
+        return tx.output.wrap(self.fn, None).call(tx, [self.obj, *args], kwargs)
+
+    def reconstruct(self, codegen: Any) -> str:
+        method_type, fn = codegen.bind(types.MethodType), codegen.bind(self.fn)
+        return f"{method_type}({fn}, {codegen.reconstruct(self.obj)})"
+
+
+class PartialVariable(VariableTracker):
+    """``functools.partial(func, *args, **kwargs)``."""
+
+    def __init__(self, func: VariableTracker, args: list, kwargs: dict, source: str | None = None):
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        self.source = source
+
+    def python_type(self) -> type:
+        return functools.partial
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        return self.func.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def reconstruct(self, codegen: Any) -> str:
+        args = [codegen.reconstruct(a) for a in self.args]
+        kwargs = [f"{k}={codegen.reconstruct(v)}" for k, v in self.kwargs.items()]
+        parts = [codegen.reconstruct(self.func), *args, *kwargs]
+        return f"{codegen.bind(functools.partial)}({', '.join(parts)})"
+
+
+class CellVariable(VariableTracker):
+    """A cell created by the frame (``MAKE_CELL``), shared with nested functions."""
+
+    def __init__(self, contents: VariableTracker | None = None):
+        self.contents = contents
+
+
+class RealCellVariable(VariableTracker):
+    """A closure cell that exists outside the frame; reads are guarded, writes refused."""
+
+    def __init__(self, cell: types.CellType, source: str):
+        self.cell = cell
+        self.source = source
+        self.override: VariableTracker | None = None

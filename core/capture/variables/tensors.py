@@ -1,0 +1,106 @@
+"""Tensors: an FX node plus a fake tensor; reading state the input guards leave open guards it."""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING
+
+import torch
+
+from torchkiln import config
+from torchkiln.capture.guards import COST_TENSOR
+from torchkiln.capture.variables import constants
+from torchkiln.capture.variables.base import VariableTracker
+from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.capture.translator import Translator
+
+
+class TensorVariable(VariableTracker):
+    """A tensor: an FX node plus a fake tensor carrying its metadata; ``cls`` is the real
+    tensor's class (``nn.Parameter`` for a parameter passed in: guarded with the input)."""
+
+    def __init__(
+        self,
+        node: torch.fx.Node,
+        example: torch.Tensor,
+        source: str | None = None,
+        cls: type = torch.Tensor,
+    ):
+        self.node = node
+        self.example = example
+        self.source = source
+        self.cls = cls
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name == "__class__":
+            return tx.output.wrap(self.cls, None)
+        guard_tensor_state(tx, self, name)
+        return tx.output.tensor_getattr(self, name)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        guard_tensor_state(tx, self, name)
+        return tx.output.tensor_method(self, name, args, kwargs)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        if self.example.dim() == 0:
+            raise Unsupported("iterating over a 0-d tensor")
+        return [
+            tx.output.call_op(
+                "call_function", operator.getitem, [self, constants.ConstantVariable(i)], {}
+            )
+            for i in range(self.example.shape[0])
+        ]
+
+    def truth(self, tx: Translator) -> bool:
+        raise Unsupported("data-dependent branch on a tensor value (bool(tensor))")
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+#: Tensor facts that an input's guards (type, dtype, device, sizes, requires_grad) leave open,
+#: by the attribute or method that reads them, and how to read them on the input.
+TENSOR_STATE = {
+    "is_inference": "is_inference()",
+    "is_leaf": "is_leaf",
+    "is_conj": "is_conj()",
+    "is_neg": "is_neg()",
+    "is_nested": "is_nested",
+    "layout": "layout",
+    "is_sparse": "layout",
+    "is_sparse_csr": "layout",
+    "is_mkldnn": "layout",
+    "storage_offset": "storage_offset()",
+}
+#: The facts that strides decide, guarded on every input unless ``config.guard_strides`` is off.
+TENSOR_STRIDE_STATE = {"stride", "is_contiguous", "is_non_overlapping_and_dense"}
+
+
+def guard_tensor_state(tx: Translator, vt: TensorVariable, name: str) -> None:
+    """Reading ``name`` on ``vt`` (e.g. ``is_inference()``) gives what the fake tensor says, which
+    follows from the graph inputs ``vt`` was computed from: guard that fact on each of them."""
+    read = TENSOR_STATE.get(name)
+    if read is None and name in TENSOR_STRIDE_STATE and not config.guard_strides:
+        read = "stride()"
+    if read is None:
+        return
+    guards = tx.output.guards
+    by_node = {node: (source, value) for source, value, node in tx.output.inputs}
+    seen, stack = set(), [vt.node]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.all_input_nodes)
+    for node in seen & by_node.keys():
+        source, value = by_node[node]
+        fact = getattr(value, read.removesuffix("()"))
+        fact = fact() if read.endswith("()") else fact
+        guards.add(
+            f"{source}.{read} == {guards.literal(fact)}", COST_TENSOR, f"{source}.{read} == {fact}"
+        )
