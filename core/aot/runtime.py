@@ -15,6 +15,7 @@ fixed seed gives eager's masks; backward reads the saved result.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,14 @@ class TrainingPlan:
     #: The compiled model's runtime wrappers (``torchkiln.runtime_wrappers.AppliedWrappers``).
     wrappers: Any = field(default=None, repr=False)
     runners: dict[str, Callable] = field(default_factory=dict, repr=False)
+    #: The forward-output positions that get no tangent (every call marks them).
+    non_differentiable: tuple[int, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        differentiable = set(self.differentiable)
+        self.non_differentiable = tuple(
+            k for k in range(self.num_fwd_outputs) if k not in differentiable
+        )
 
     def runner(self, kind: str, compiled: Callable) -> Callable:
         """``compiled`` (the forward or the backward) inside the runtime wrappers, built once."""
@@ -141,13 +150,14 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, plan: TrainingPlan, *args: torch.Tensor) -> tuple:
         outputs = plan.runner("forward", plan.forward)(*args)
         fw_outs, saved = outputs[: plan.num_fwd_outputs], outputs[plan.num_fwd_outputs :]
-        mutated = [args[i] for i in plan.meta.mutated_inputs]
-        saved = [s.clone() if any(s is m for m in mutated) else s for s in saved]
+        if plan.meta.mutated_inputs:
+            mutated = [args[i] for i in plan.meta.mutated_inputs]
+            saved = [s.clone() if any(s is m for m in mutated) else s for s in saved]
         ctx.plan = plan
         ctx.num_args = len(args)
         ctx.save_for_backward(*saved)
-        differentiable = set(plan.differentiable)
-        ctx.mark_non_differentiable(*[o for k, o in enumerate(fw_outs) if k not in differentiable])
+        if plan.non_differentiable:
+            ctx.mark_non_differentiable(*[fw_outs[k] for k in plan.non_differentiable])
         return tuple(fw_outs)
 
     @staticmethod
@@ -184,6 +194,36 @@ def _share_storage(outputs: list, group: SharedOutputs) -> None:
         view = base.as_strided(size, stride, offset)
         view.copy_(value)  # recorded by autograd when ``value`` requires grad
         outputs[index] = view
+
+
+#: ``finish_call`` bound to one graph's meta: ``(args, fw_outs) -> the call's result``.
+OutputBuilder = Callable[[Sequence, Sequence], Any]
+
+
+def output_builder(meta: GraphMeta) -> OutputBuilder:
+    """``finish_call`` for ``meta``, chosen once per plan rather than worked out on every call.
+
+    A graph that mutates no input and returns only computed tensors, in order, needs
+    nothing but its container rebuilt around the compiled graph's outputs.
+    """
+    if (
+        meta.mutated_inputs
+        or meta.aliases
+        or meta.constants
+        or meta.shared_outputs
+        or meta.computed_outputs != tuple(range(meta.num_outputs))
+    ):
+        return functools.partial(finish_call, meta)
+    container = meta.output_container
+    if container is None:
+        return _first_output
+    if hasattr(container, "_fields"):  # a namedtuple
+        return lambda args, fw_outs: container(*fw_outs)
+    return lambda args, fw_outs: container(fw_outs)
+
+
+def _first_output(args: Sequence, fw_outs: Sequence) -> Any:
+    return fw_outs[0]
 
 
 def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:

@@ -5,6 +5,7 @@ import torch
 
 import torchkiln
 from kiln_testing import RecordingBackend
+from torchkiln.capture import cache as cache_module
 from torchkiln.capture import optimize
 from torchkiln.capture.cache import _caches
 
@@ -94,6 +95,22 @@ def test_cache_size_limit_runs_new_inputs_eagerly(backend, monkeypatch):
         torch.testing.assert_close(compiled(torch.ones(n)), torch.full((n,), 2.0))
     assert backend.graph_count == 2
     assert torchkiln.counters["eager_fallback"]["cache_size_limit"] == 2
+
+
+def test_calls_past_the_cache_size_limit_build_its_message_once(backend, monkeypatch):
+    """The message runs the failing entry's guards one by one: only the warning needs it."""
+    monkeypatch.setattr(torchkiln.config, "cache_size_limit", 1)
+    reports = []
+    failed_guard = cache_module._failed_guard
+    monkeypatch.setattr(
+        cache_module, "_failed_guard", lambda *a: reports.append(a) or failed_guard(*a)
+    )
+    compiled = torchkiln.compile(make_scaler(2), backend=backend)
+    for n in range(1, 6):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), x * 2)
+    assert torchkiln.counters["eager_fallback"]["cache_size_limit"] == 4
+    assert len(reports) == 1
 
 
 def test_error_on_recompile_limit_raises(backend, monkeypatch):
