@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from torchkiln import config
+from torchkiln.chain import BackendChain, Link
 from torchkiln.compiled_module import CompiledModule
 from torchkiln.disk_cache import Uncacheable, stable_name
-from torchkiln.exc import BackendCompilerFailed, InvalidOptionError
+from torchkiln.exc import BackendCompilerFailed, InvalidBackendChain, InvalidOptionError
 from torchkiln.options import check_options, did_you_mean, option_mapping
 from torchkiln.plugin import MODE_DESCRIPTIONS, MODES, Backend
 from torchkiln.registry import (
@@ -85,15 +86,19 @@ class GraphCompiler:
         Captures are kept on disk under it (``capture.persist``): only a backend found by an
         importable name, with options made of plain values, gets one.
         """
+        chain = self.compile_fn if isinstance(self.compile_fn, BackendChain) else None
+        parts = [(self.compile_fn, self.options)]
+        if chain is not None:
+            parts = [(link.record.compile_fn, link.options) for link in chain.links]
         try:
-            name = stable_name(self.compile_fn)
+            name = "+".join(stable_name(fn) for fn, _ in parts)
         except Uncacheable:
             return None
-        options = sorted(self.options.items())
+        options = [sorted(opts.items()) for _, opts in parts]
         if not _is_plain(options):
             return None
         wrappers = f"|{','.join(self.runtime_wrappers)}" if self.runtime_wrappers else ""
-        return f"{self.name}|{name}|{options!r}{wrappers}"
+        return f"{self.name}|{name}|{options if chain else options[0]!r}{wrappers}"
 
 
 def _callable(compiled: Any) -> Callable:
@@ -139,11 +144,13 @@ def compile(
         dynamic: ``True`` traces sizes symbolically, ``False`` specializes on
             every size, ``None`` lets torchkiln decide.
         backend: a registered backend name (see ``list_backends``), a
-            callable ``(gm, example_inputs) -> callable``, or an object with
-            such a ``compile`` method.
+            callable ``(gm, example_inputs) -> callable``, an object with
+            such a ``compile`` method, or a list of names (a chain: each op
+            goes to the first backend that runs it, the last runs every op).
         mode: one of ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``,
             ``"max-autotune-no-cudagraphs"``; not together with ``options``.
-        options: backend options, checked against the backend's schema.
+        options: backend options, checked against the backend's schema; with
+            a chain, ``{backend name: its options}``.
         disable: return ``model`` unchanged.
     """
     if disable:
@@ -209,6 +216,8 @@ def resolve_backend(
         described = "; ".join(f"{m!r}: {d}" for m, d in MODE_DESCRIPTIONS.items())
         hint = did_you_mean(mode, MODES) if isinstance(mode, str) else ""
         raise InvalidOptionError(f"unknown mode {mode!r}.{hint} Available modes: {described}")
+    if isinstance(backend, (list, tuple)):
+        return _resolve_chain(backend, mode, options)
     if isinstance(backend, str):
         record = lookup_backend(backend)
         ensure_usable(record)
@@ -218,7 +227,10 @@ def resolve_backend(
         )
         if not declared:
             wrappers += _mode_wrappers(mode, repr(record.name), record.modes)
-        return GraphCompiler(record.name, record.compile_fn, chosen, tuple(dict.fromkeys(wrappers)))
+        compile_fn: Callable = record.compile_fn
+        if record.capabilities is not None:  # runs some ops: the rest run eagerly
+            compile_fn, chosen = BackendChain([Link(record, chosen), Link(_usable("eager"))]), {}
+        return GraphCompiler(record.name, compile_fn, chosen, tuple(dict.fromkeys(wrappers)))
     compile_fn = backend.compile if callable(getattr(backend, "compile", None)) else backend
     if not callable(compile_fn):
         raise TypeError(
@@ -229,6 +241,49 @@ def resolve_backend(
     wrappers = () if mode in (None, "default") else _mode_wrappers(mode, repr(name), {})
     chosen = {} if options is None else option_mapping(name, options)
     return GraphCompiler(name, compile_fn, chosen, wrappers)
+
+
+def _usable(name: str) -> Backend:
+    record = lookup_backend(name)
+    ensure_usable(record)
+    return record
+
+
+def _resolve_chain(
+    names: Sequence[Any], mode: str | None, options: Mapping[str, Any] | None
+) -> GraphCompiler:
+    """``backend=[...]``: each op to the first backend that runs it; options per backend."""
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidBackendChain(
+                f"a backend chain lists registered backend names; got {type(name).__name__} "
+                f"{name!r}: register it with torchkiln.register_backend and list its name"
+            )
+    if mode not in (None, "default"):
+        raise InvalidBackendChain(
+            f"mode={mode!r} is for one backend; with the chain {list(names)} pass each "
+            "backend's options instead: options={'<backend>': {...}}"
+        )
+    records = [_usable(name) for name in names]
+    per_backend = option_mapping("+".join(names), options or {})
+    for key in per_backend:
+        if key not in names:
+            raise InvalidOptionError(
+                f"options name backend {key!r}, which is not in the chain {list(names)}."
+                f"{did_you_mean(str(key), names)} With a chain, options map each backend's "
+                "name to its options: options={'<backend>': {...}}"
+            )
+    links, wrappers = [], ()
+    for record in records:
+        chosen, more = _split_wrapper_options(
+            record, _backend_options(record, None, per_backend.get(record.name))
+        )
+        links.append(Link(record, chosen))
+        wrappers += more
+    if len(links) == 1 and record.capabilities is None:
+        return GraphCompiler(record.name, record.compile_fn, chosen, wrappers)
+    chain = BackendChain(links)
+    return GraphCompiler(chain.name, chain, {}, tuple(dict.fromkeys(wrappers)))
 
 
 def _mode_wrappers(mode: str, backend: str, declared: Mapping[str, Any]) -> tuple[str, ...]:

@@ -28,6 +28,10 @@ error_on_recompile_limit: bool = False
 #: Guards check tensor strides as well as sizes (a different layout recompiles).
 guard_strides: bool = True
 
+#: The fewest ops a partition may have to go to a backend that runs only some ops
+#: (``Backend.capabilities``); smaller ones go to the next backend of the chain.
+partition_min_ops: int = 1
+
 
 def _env_flag(name: str, default: bool) -> bool:
     """A boolean from the environment: 1/0, true/false, yes/no or on/off."""

@@ -15,6 +15,10 @@ class UnknownBackendError(KilnError, ValueError):
     """``backend=`` named a backend that no plugin provides."""
 
 
+class InvalidBackendChain(KilnError, ValueError):
+    """``backend=[...]`` lists backends that cannot run as a chain (order, names, options)."""
+
+
 class BackendUnavailable(KilnError):
     """The backend exists but cannot run here (missing package or device)."""
 

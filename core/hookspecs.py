@@ -19,6 +19,15 @@ def torchkiln_backends() -> list[Backend]:
     :class:`torchkiln.plugin.Backend` records; an empty list is fine (for
     example when the plugin only works on another platform). Do not import
     heavy dependencies here: do it inside the backend's compile function.
+
+    A backend that runs only some ops sets ``capabilities=`` (see
+    :class:`torchkiln.plugin.Capabilities`); the core then partitions every graph
+    and never asks the plugin for a partitioner of its own::
+
+        Backend("mine", compile_graph, capabilities=lambda: Capabilities(
+            compile_partition=compile_aten_graph,
+            ops={torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor},
+        ))
     """
 
 

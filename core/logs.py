@@ -23,6 +23,7 @@ ARTIFACTS = {
     "aot_cache": "the on-disk plan cache: hits, stores, and why a graph was not cached",
     "capture_cache": "captures kept on disk: loads, stores, and why a capture was not kept",
     "backends": "plugin discovery: which plugins loaded, which failed and why",
+    "partitions": "each graph split by backend: its partitions, which ops went where and why",
 }
 
 log = logging.getLogger("torchkiln")

@@ -17,6 +17,23 @@ which is named by an entry point in the group ``torchkiln.backends``::
     def torchkiln_backends():
         return [Backend("mybackend", compile_graph, description="runs the graph as is")]
 
+A backend that runs only some ops declares its :class:`Capabilities`; the core then
+splits each graph and gives the rest to the next backend of the chain (eager when
+the user named this backend alone)::
+
+    from torchkiln.plugin import Backend, Capabilities
+
+    def capabilities():                       # called once, on the first compile
+        from my_package.converter import CONVERTERS, compile_aten_graph
+        return Capabilities(
+            compile_partition=compile_aten_graph,   # one functional aten graph
+            ops=frozenset(CONVERTERS),              # aten overloads (or packets)
+            supports=lambda node: "complex" not in str(node.meta["val"].dtype)
+            or "complex tensors",                   # True, or the reason it can't
+        )
+
+    Backend("mybackend", compile_graph, capabilities=capabilities)
+
 The hook specifications themselves live in :mod:`torchkiln.hookspecs`.
 Keep the entry-point module light: import heavy dependencies inside the
 compile function, so that listing backends stays fast.
@@ -24,7 +41,7 @@ compile function, so that listing backends stays fast.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +118,48 @@ class Option:
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """Which nodes of a graph a backend runs, and how it compiles a part of a graph.
+
+    The core traces the graph with the ``torchkiln.aot`` layer (``decompositions()``,
+    default ``torchkiln.aot.default_decompositions()``), cuts each forward, backward
+    and inference graph into partitions of supported nodes and of the others
+    (``torchkiln.partition``), and calls ``compile_partition(gm, example_inputs,
+    **options)`` on each supported partition: a functional aten graph with the
+    conventions of a ``torchkiln.aot`` compiler (flat tensors in, a tuple out, fake
+    ``example_inputs``). A partition whose compile raises goes to the next backend.
+
+    A node (``call_function`` of an aten overload, with ``meta["val"]``) is supported
+    when its overload, or its overload packet, is in ``ops`` (if ``ops`` is given) and
+    ``supports(node)`` is ``True`` (if given); a string from ``supports`` is the
+    reason it is not, shown in the partition plan (``TORCHKILN_LOGS=partitions``).
+    """
+
+    compile_partition: Callable[..., Callable]
+    ops: Collection[Any] = ()
+    supports: Callable[[Any], bool | str] | None = None
+    decompositions: Callable[[], Mapping[Any, Callable]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ops and self.supports is None:
+            raise TypeError(
+                "Capabilities needs ops=(the aten overloads it compiles), supports=(a "
+                "predicate), or both; a backend that runs every op declares no Capabilities"
+            )
+
+    def verdict(self, node: Any) -> bool | str:
+        """``True`` when the backend runs ``node``, else the reason it does not."""
+        if self.ops:
+            packet = getattr(node.target, "overloadpacket", None)
+            if node.target not in self.ops and packet not in self.ops:
+                return "not among its ops"
+        if self.supports is None:
+            return True
+        verdict = self.supports(node)
+        return verdict if isinstance(verdict, str) else bool(verdict) or "rejected by supports()"
+
+
+@dataclass(frozen=True)
 class Backend:
     """A backend as a plugin declares it.
 
@@ -113,6 +172,10 @@ class Backend:
     backend accepts no options. ``modes`` maps each supported mode name to
     the options it stands for; a backend without ``modes`` supports only the
     default mode.
+
+    ``capabilities`` (a :class:`Capabilities`, or a function returning one, so that
+    the entry-point module imports nothing heavy) says the backend runs only some
+    ops: the core partitions graphs for it. ``None``: it runs every graph whole.
     """
 
     name: str
@@ -123,6 +186,7 @@ class Backend:
     device: str | None = None
     options: tuple[Option, ...] | None = None
     modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    capabilities: Capabilities | Callable[[], Capabilities] | None = None
 
     def option_schema(self) -> dict[str, Option]:
         return {opt.name: opt for opt in self.options or ()}
@@ -158,6 +222,7 @@ __all__ = [
     "MODES",
     "MODE_DESCRIPTIONS",
     "Backend",
+    "Capabilities",
     "Damaged",
     "Option",
     "Requirement",

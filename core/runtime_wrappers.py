@@ -64,6 +64,16 @@ def claim() -> AppliedWrappers | None:
 
 
 @contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """No wrappers active: for the parts of a graph compiled inside one that holds them."""
+    token = _active.set(None)
+    try:
+        yield
+    finally:
+        _active.reset(token)
+
+
+@contextlib.contextmanager
 def _activated(wrappers: AppliedWrappers) -> Iterator[_Handoff]:
     handoff = _Handoff(wrappers)
     token = _active.set(handoff)

@@ -21,13 +21,15 @@ import torch.fx as fx
 from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
 from torchkiln.aot.cache import ArtifactCodec, PlanCache
+from torchkiln.aot.decompositions import keep_whole
 from torchkiln.aot.fake import fake_mode_and_inputs
 from torchkiln.aot.partition import min_cut_partition
 from torchkiln.aot.runtime import (
     Compiler,
+    OutputBuilder,
     TrainingPlan,
     example_inputs_of,
-    finish_call,
+    output_builder,
     run_training,
 )
 from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
@@ -41,14 +43,19 @@ def _log_graph(title: str, gm: fx.GraphModule) -> None:
         logs.artifact("aot_graphs", "%s:\n%s", title, gm.print_readable(False))
 
 
-def _plan_key(args: Sequence) -> tuple[tuple[bool, ...] | None, tuple]:
+def _plan_key(args: Sequence, grad_enabled: bool) -> tuple[tuple[bool, ...] | None, tuple]:
     """Which plan a call needs: its requires_grad pattern (None: inference) and
-    its non-tensor arguments, which tracing bakes into the graph."""
-    constants = tuple(a for a in args if not isinstance(a, torch.Tensor))
-    pattern = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-    if not torch.is_grad_enabled() or not any(pattern):
-        return None, constants
-    return pattern, constants
+    its non-tensor arguments, which tracing bakes into the graph.
+
+    Computed on every call, so list comprehensions (no generator frames), and the
+    pattern only under grad mode.
+    """
+    constants = tuple([a for a in args if not isinstance(a, torch.Tensor)])
+    if grad_enabled:
+        pattern = tuple([isinstance(a, torch.Tensor) and a.requires_grad for a in args])
+        if True in pattern:
+            return pattern, constants
+    return None, constants
 
 
 def _any_requires_grad(args: Sequence) -> bool:
@@ -78,18 +85,21 @@ class _AOTCompiled:
         #: The compiled model's runtime wrappers (CUDA graphs, say), applied around each
         #: compiled forward, backward and inference graph; kept out of the plan cache.
         self.wrappers = runtime_wrappers.claim()
-        self.plans: dict[tuple, tuple[GraphMeta, Any]] = {}
+        #: Per plan key: the graph's meta, the plan, and how a call's outputs are finished.
+        self.plans: dict[tuple, tuple[GraphMeta, Any, OutputBuilder]] = {}
         self.enables_grad = any(
             node.target is torch._C._set_grad_enabled and node.args[0] for node in gm.graph.nodes
         )
 
-    def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any]:
-        key = _plan_key(args)
-        if key not in self.plans:
-            with compile_lock:  # built at call time, maybe by several threads at once
-                if key not in self.plans:
-                    meta, plan = self._build(args, training=key[0] is not None)
-                    self.plans[key] = meta, self._with_wrappers(plan)
+    def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any, OutputBuilder]:
+        key = _plan_key(args, torch.is_grad_enabled())
+        return self.plans.get(key) or self._new_plan(key, args)
+
+    def _new_plan(self, key: tuple, args: Sequence) -> tuple[GraphMeta, Any, OutputBuilder]:
+        with compile_lock:  # built at call time, maybe by several threads at once
+            if key not in self.plans:
+                meta, plan = self._build(args, training=key[0] is not None)
+                self.plans[key] = meta, self._with_wrappers(plan), output_builder(meta)
         return self.plans[key]
 
     def _with_wrappers(self, plan: Any) -> Any:
@@ -137,17 +147,23 @@ class _AOTCompiled:
         return meta, self.inference_compiler(inference_gm, example_inputs_of(inference_gm))
 
     def __call__(self, *args: Any) -> Any:
-        if self.enables_grad and not torch.is_grad_enabled() and _any_requires_grad(args):
+        grad_enabled = torch.is_grad_enabled()
+        if self.enables_grad and not grad_enabled and _any_requires_grad(args):
             # called under no_grad, the graph turns grad on for inputs that require it: plans
             # trace under one grad mode, so the captured graph runs as it is
             return self.gm.forward(*args)
-        meta, plan = self.plan_for(args)
+        key = _plan_key(args, grad_enabled)
+        _, plan, finish = self.plans.get(key) or self._new_plan(key, args)
         if isinstance(plan, TrainingPlan):
-            fw_outs = run_training(plan, args)
-        else:
-            with torch.no_grad():
-                fw_outs = list(plan(*args))
-        return finish_call(meta, args, fw_outs)
+            return finish(args, run_training(plan, args))
+        # ``torch.no_grad()`` as two C calls: a context manager object per call costs more
+        # than the graph of a small op
+        torch._C._set_grad_enabled(False)
+        try:
+            fw_outs = plan(*args)
+        finally:
+            torch._C._set_grad_enabled(grad_enabled)
+        return finish(args, fw_outs)
 
 
 def aot_autograd(
@@ -164,8 +180,11 @@ def aot_autograd(
     ``partition_fn`` defaults to :func:`min_cut_partition`. See
     :mod:`torchkiln.aot` for the graphs each compiler receives. ``cache``
     (how to store the compilers' results) turns on the on-disk plan cache.
+    ``decompositions`` never decompose the ops of ``torchkiln.aot.KEEP_WHOLE``.
     """
     partition_fn = partition_fn or min_cut_partition
+    if decompositions is not None:
+        decompositions = keep_whole(decompositions)
     plan_cache = PlanCache(cache, decompositions, partition_fn) if cache is not None else None
 
     def compile_fn(gm: fx.GraphModule, example_inputs: list) -> Callable:

@@ -6,14 +6,31 @@ exists. Random ops (tagged ``nondeterministic_seeded``) are never decomposed,
 so a compiled graph draws the same random numbers as eager under a fixed
 seed. A backend keeps more ops whole with ``keep=``, or edits the returned
 dict (it is a fresh copy each call).
+
+Some decompositions are wrong to use (:data:`KEEP_WHOLE`): the table never has them,
+and :func:`keep_whole` takes them out of any other table (torch's
+``core_aten_decompositions()`` has one) before a graph is traced with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 from torch._decomp import decomposition_table
+
+aten = torch.ops.aten
+
+#: Ops whose decomposition gives wrong results. torch 2.13 decomposes the CPU flash
+#: attention forward into its math and a (B, H, T, T) "logsumexp" that the fused
+#: backward kernel, still recorded by autograd, accepts silently: gradients come out
+#: up to 70x off.
+KEEP_WHOLE = frozenset({aten._scaled_dot_product_flash_attention_for_cpu.default})
+
+
+def keep_whole(table: Mapping[Callable, Callable]) -> dict[Callable, Callable]:
+    """``table`` without the decompositions of :data:`KEEP_WHOLE` (a new dict)."""
+    return {op: fn for op, fn in table.items() if op not in KEEP_WHOLE}
 
 
 def default_decompositions(keep: Iterable[torch._ops.OpOverload] = ()) -> dict[Callable, Callable]:
@@ -22,7 +39,7 @@ def default_decompositions(keep: Iterable[torch._ops.OpOverload] = ()) -> dict[C
     ``keep`` may name overloads (``aten.gelu.default``) or packets
     (``aten.gelu``, meaning all its overloads).
     """
-    kept: set[object] = set()
+    kept: set[object] = set(KEEP_WHOLE)
     for op in keep:
         if isinstance(op, torch._ops.OpOverloadPacket):
             kept.update(getattr(op, name) for name in op.overloads())

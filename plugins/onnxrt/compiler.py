@@ -16,6 +16,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from torchkiln import logs
+from torchkiln.aot import keep_whole
 from torchkiln_onnxrt import ops_attention, ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401 (registers converters)
 from torchkiln_onnxrt.converter import convert_graph
 from torchkiln_onnxrt.runtime import OnnxRuntimeGraph, graph_device
@@ -46,11 +47,12 @@ def decompositions() -> dict:
     """The decomposition table to trace graphs for this backend with.
 
     torch's core-aten table and :data:`EXTRA_DECOMPOSITIONS` (not the AOT
-    layer's default table: it brings some ops down to prims).
+    layer's default table: it brings some ops down to prims), keeping the ops
+    of ``torchkiln.aot.KEEP_WHOLE`` whole.
     """
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
-    return table
+    return keep_whole(table)
 
 
 def compile_aten_graph(

@@ -1,9 +1,8 @@
-"""Converter of the fused attention backward op that autograd records for sdpa.
+"""Converters of the fused CPU attention ops that autograd records for sdpa.
 
-The forward ``scaled_dot_product_attention`` is decomposed into matmuls and a
-softmax, but when autograd picked the fused CPU kernel before decomposition
-the backward graph holds its backward op: it is re-derived here from the
-recomputed attention probabilities.
+The forward op stays whole (``torchkiln.aot.KEEP_WHOLE``: torch's decomposition
+of it returns a logsumexp the fused backward misreads); both are re-derived here
+from the attention scores, the backward from the recomputed probabilities.
 """
 
 from __future__ import annotations
@@ -23,6 +22,58 @@ def _swap_last(b: GraphBuilder, name: str, ndim: int) -> str:
     return b.op("Transpose", [name], perm=[*range(ndim - 2), ndim - 1, ndim - 2])
 
 
+def _scores(
+    b: GraphBuilder,
+    q: Value,
+    k: Value,
+    dtype: torch.dtype,
+    dropout_p: float,
+    is_causal: bool,
+    attn_mask: Value | None,
+    scale: float | None,
+) -> tuple[str, str]:
+    """The masked, scaled attention scores, and the scale as a constant."""
+    if dropout_p:
+        raise NotImplementedYet(
+            "the onnxrt backend cannot replay the dropout mask of fused attention"
+        )
+    if q.shape[:-2] != k.shape[:-2]:
+        raise NotImplementedYet("the onnxrt backend's attention needs as many key as query heads")
+    ndim = q.ndim
+    scale = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    scale_c = b.const(scale, dtype)
+    scores = b.op("Mul", [b.op("MatMul", [q.name, _swap_last(b, k.name, ndim)]), scale_c])
+    if is_causal:
+        keep = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool))
+        scores = b.op("Where", [b.const(keep, torch.bool), scores, b.const(-math.inf, dtype)])
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = b.op("Where", [attn_mask.name, scores, b.const(-math.inf, dtype)])
+        else:
+            scores = b.op("Add", [scores, b.as_dtype(attn_mask, dtype)])
+    return scores, scale_c
+
+
+@converts(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def flash_attention(
+    b: GraphBuilder,
+    node,
+    q: Value,
+    k: Value,
+    v: Value,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Value | None = None,
+    scale: float | None = None,
+) -> list[str]:
+    dtype = out_dtype(node)
+    scores, _ = _scores(b, q, k, dtype, dropout_p, is_causal, attn_mask, scale)
+    out = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v.name])
+    logsumexp = b.op("ReduceLogSumExp", [scores, b.ints([-1])], keepdims=0)
+    return [out, b.as_dtype(Value(logsumexp, dtype, q.shape[:-1]), out_dtype(node, 1))]
+
+
 @converts(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def flash_attention_backward(
     b: GraphBuilder,
@@ -39,27 +90,9 @@ def flash_attention_backward(
     attn_mask: Value | None = None,
     scale: float | None = None,
 ) -> list[str]:
-    if dropout_p:
-        raise NotImplementedYet(
-            "the onnxrt backend cannot replay the dropout mask of fused attention"
-        )
-    if q.shape[:-2] != k.shape[:-2]:
-        raise NotImplementedYet(
-            "the onnxrt backend's attention backward needs as many key as query heads"
-        )
     dtype = out_dtype(node)
     ndim = q.ndim
-    scale = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
-    scale_c = b.const(scale, dtype)
-    scores = b.op("Mul", [b.op("MatMul", [q.name, _swap_last(b, k.name, ndim)]), scale_c])
-    if is_causal:
-        keep = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool))
-        scores = b.op("Where", [b.const(keep, torch.bool), scores, b.const(-math.inf, dtype)])
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = b.op("Where", [attn_mask.name, scores, b.const(-math.inf, dtype)])
-        else:
-            scores = b.op("Add", [scores, b.as_dtype(attn_mask, dtype)])
+    scores, scale_c = _scores(b, q, k, dtype, dropout_p, is_causal, attn_mask, scale)
     probs = b.op("Softmax", [scores], axis=-1)
     grad_v = b.op("MatMul", [_swap_last(b, probs, ndim), grad.name])
     grad_probs = b.op("MatMul", [grad.name, _swap_last(b, v.name, ndim)])

@@ -2,16 +2,17 @@
 
 Graphs go through ``torchkiln.aot.aot_autograd``: the forward and the
 backward aten graphs are each converted to an ONNX model (our own converter,
-``torchkiln_onnxrt.converter``) and run in an onnxruntime session. An op
-without a converter raises ``NotImplementedYet`` naming it, which
-``torchkiln.config.suppress_errors`` turns into an eager fallback.
+``torchkiln_onnxrt.converter``) and run in an onnxruntime session. The backend
+declares its capabilities (the ops with a converter): the core partitions each
+graph, and ops without a converter run with the next backend of the chain
+(``backend=["onnxrt", "inductor"]``; eager when onnxrt is named alone).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from torchkiln.plugin import Backend, Option, Requirement, hookimpl
+from torchkiln.plugin import Backend, Capabilities, Option, Requirement, hookimpl
 
 OPTIONS = (
     Option(
@@ -55,6 +56,18 @@ def compile_graph(gm, example_inputs, **options) -> Callable:
     )(gm, example_inputs)
 
 
+def capabilities() -> Capabilities:
+    """The aten overloads with a converter (called on the first compile: imports onnx)."""
+    from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
+    from torchkiln_onnxrt.converter import CONVERTERS
+
+    return Capabilities(
+        compile_partition=compile_aten_graph,
+        ops=frozenset(CONVERTERS),
+        decompositions=decompositions,
+    )
+
+
 @hookimpl
 def torchkiln_backends() -> list[Backend]:
     return [
@@ -67,5 +80,6 @@ def torchkiln_backends() -> list[Backend]:
                 Requirement("onnxruntime", extra="onnxrt"),
             ),
             options=OPTIONS,
+            capabilities=capabilities,
         )
     ]

@@ -1,0 +1,254 @@
+"""Backend chains: each op of a graph goes to the first backend of a list that runs it.
+
+``compile(fn, backend=["onnxrt", "inductor"])``, or a backend that declares
+:class:`~torchkiln.plugin.Capabilities` named alone (then ``eager`` runs the rest),
+compiles through a :class:`BackendChain`. The chain traces the captured graph once
+with the ``torchkiln.aot`` layer (the first backend's decompositions), and splits each
+forward, backward and inference graph (``torchkiln.partition``): a node goes to the
+first backend that supports it, a partition smaller than
+``config.partition_min_ops`` to the next one. Each partition is compiled by its
+backend; one whose compile raises goes, alone, to the next backend (with a warning).
+The last backend runs every op (it declares no capabilities).
+
+``TORCHKILN_LOGS=partitions`` prints each graph's plan; the compiled graph keeps it
+as ``.partition_plan``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torchkiln import config, logs, runtime_wrappers
+from torchkiln.aot.runtime import example_inputs_of
+from torchkiln.exc import InvalidBackendChain
+from torchkiln.partition import Partition, compute_nodes, group, split
+from torchkiln.plugin import Backend, Capabilities
+
+log = logging.getLogger("torchkiln")
+
+
+@dataclass
+class Link:
+    """One backend of a chain, with the options it compiles with."""
+
+    record: Backend
+    options: dict[str, Any] = field(default_factory=dict)
+    _capabilities: Capabilities | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def partial(self) -> bool:
+        return self.record.capabilities is not None
+
+    def capabilities(self) -> Capabilities:
+        """The record's capabilities, built on first use (the factory may import a runtime)."""
+        if self._capabilities is None:
+            declared = self.record.capabilities
+            caps = declared if isinstance(declared, Capabilities) else declared()
+            if not isinstance(caps, Capabilities):
+                raise TypeError(
+                    f"backend {self.name!r}: its capabilities factory returned "
+                    f"{type(caps).__name__}; return a torchkiln.plugin.Capabilities"
+                )
+            self._capabilities = caps
+        return self._capabilities
+
+
+def check_order(links: Sequence[Link]) -> None:
+    """Every backend but the last runs only some ops; the last runs them all."""
+    names = [link.name for link in links]
+    if not links:
+        raise InvalidBackendChain(
+            "backend=[] names no backend; pass a name, or a list such as "
+            "['onnxrt', 'inductor'] whose last backend runs every op"
+        )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidBackendChain(
+            f"backend chain {names} names {', '.join(map(repr, twice))} more than once; "
+            "name each backend once"
+        )
+    for k, link in enumerate(links[:-1]):
+        if not link.partial:
+            raise InvalidBackendChain(
+                f"backend {link.name!r} runs every op, so {names[k + 1 :]} after it in the "
+                f"chain {names} would never run; put {link.name!r} last"
+            )
+    if links[-1].partial:
+        raise InvalidBackendChain(
+            f"the last backend of the chain {names}, {links[-1].name!r}, runs only some ops; "
+            f"end the chain with one that runs every op, e.g. {[*names, 'inductor']} "
+            f"or {[*names, 'eager']}"
+        )
+
+
+@dataclass
+class PartitionPlan:
+    """Which backend runs which ops of one graph, and why the others did not take them."""
+
+    title: str
+    backends: list[str]
+    partitions: list[Partition]
+    #: node -> why each earlier backend of the chain did not take it
+    reasons: dict[fx.Node, list[str]]
+
+    def __str__(self) -> str:
+        count = Counter(self.backends[p.label] for p in self.partitions)
+        per = ", ".join(f"{name}: {n}" for name, n in count.items())
+        lines = [f"{self.title}: {_count(len(self.partitions), 'partition')} ({per})"]
+        for i, p in enumerate(self.partitions):
+            lines.append(
+                f"  partition_{i} -> {self.backends[p.label]} ({_count(p.op_count, 'op')}): "
+                f"{_summary(p.nodes)}"
+            )
+            why = {
+                f"{_op_name(n)}: {'; '.join(self.reasons[n])}" for n in p.nodes if n in self.reasons
+            }
+            lines += [f"      {w}" for w in sorted(why)]
+        return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _op_name(node: fx.Node) -> str:
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _summary(nodes: list[fx.Node]) -> str:
+    """The ops of ``nodes``, counted: ``mm.default x2, add.Tensor``."""
+    counts = Counter(_op_name(n) for n in nodes if n.target is not operator.getitem)
+    return ", ".join(op if n == 1 else f"{op} x{n}" for op, n in counts.items())
+
+
+class BackendChain:
+    """A compile function ``(gm, example_inputs) -> callable`` that runs a chain of backends."""
+
+    def __init__(self, links: Sequence[Link]):
+        check_order(links)
+        self.links = list(links)
+        self.name = "+".join(link.name for link in self.links)
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list) -> Callable:
+        from torchkiln.aot import aot_autograd, default_decompositions
+
+        first = self.links[0].capabilities()
+        table = first.decompositions() if first.decompositions else default_decompositions()
+        compilers = {
+            f"{kind}_compiler": functools.partial(self.compile_graph, title=f"{title} graph")
+            for kind, title in (("fw", "forward"), ("bw", "backward"), ("inference", "inference"))
+        }
+        return aot_autograd(decompositions=table, **compilers)(gm, example_inputs)
+
+    def plan(self, gm: fx.GraphModule, start: int = 0, title: str = "graph") -> PartitionPlan:
+        """Split ``gm`` among ``self.links[start:]`` (labels index ``self.links``)."""
+        reasons: dict[fx.Node, list[str]] = {}
+        floor: dict[fx.Node, int] = {}
+        verdicts: dict[tuple[fx.Node, int], bool | str] = {}
+
+        def verdict(node: fx.Node, k: int) -> bool | str:
+            link = self.links[k]
+            if not link.partial:
+                return True
+            if (node, k) not in verdicts:
+                verdicts[node, k] = link.capabilities().verdict(node)
+            return verdicts[node, k]
+
+        def label_of(node: fx.Node) -> int:
+            k = floor.get(node, start)
+            while verdict(node, k) is not True:
+                k += 1
+            return k
+
+        while True:
+            partitions = group(gm.graph, label_of)
+            small = [
+                p
+                for p in partitions
+                if self.links[p.label].partial and p.op_count < config.partition_min_ops
+            ]
+            if not small:
+                break
+            for p in small:
+                for node in p.nodes:
+                    floor[node] = p.label + 1
+                    reasons.setdefault(node, []).append(
+                        f"{self.links[p.label].name}: its partition has "
+                        f"{_count(p.op_count, 'op')}, fewer "
+                        f"than config.partition_min_ops={config.partition_min_ops}"
+                    )
+        for node in compute_nodes(gm.graph):
+            rejected = [
+                f"{self.links[k].name}: {verdicts[node, k]}"
+                for k in range(start, len(self.links))
+                if verdicts.get((node, k), True) is not True
+            ]
+            if rejected:
+                reasons.setdefault(node, [])[:0] = rejected
+        return PartitionPlan(title, [link.name for link in self.links], partitions, reasons)
+
+    def compile_graph(
+        self, gm: fx.GraphModule, example_inputs: list, start: int = 0, title: str = "graph"
+    ) -> Callable:
+        """Compile one functional aten graph with ``self.links[start:]``."""
+        plan = self.plan(gm, start, title)
+        logs.artifact("partitions", "%s", plan)
+        if len(plan.partitions) <= 1:
+            label = plan.partitions[0].label if plan.partitions else len(self.links) - 1
+            return self._compile_part(gm, example_inputs, label, title)
+        split_gm = split(gm, plan.partitions)
+        for i, partition in enumerate(plan.partitions):
+            name = f"partition_{i}"
+            sub = split_gm.get_submodule(name)
+            compiled = self._compile_part(sub, example_inputs_of(sub), partition.label, name)
+            split_gm.add_submodule(name, _Compiled(compiled))
+        split_gm.partition_plan = plan
+        return split_gm
+
+    def _compile_part(
+        self, gm: fx.GraphModule, example_inputs: list, k: int, what: str
+    ) -> Callable:
+        link = self.links[k]
+        try:
+            with runtime_wrappers.suspended():  # the chain's own AOT layer applies them
+                if link.partial:
+                    return link.capabilities().compile_partition(gm, example_inputs, **link.options)
+                return link.record.compile_fn(gm, example_inputs, **link.options)
+        except Exception as e:
+            if not link.partial:
+                raise
+            ops = _summary(compute_nodes(gm.graph))
+            log.warning(  # once per partition: it is compiled once
+                "backend %r failed to compile %s (%s: %s); running it with %r instead (ops: %s)",
+                link.name,
+                what,
+                type(e).__name__,
+                e,
+                self.links[k + 1].name,
+                ops,
+            )
+            return self.compile_graph(gm, example_inputs, start=k + 1, title=what)
+
+
+class _Compiled(torch.nn.Module):
+    """A compiled partition, called by the split graph as its submodule."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(*args)
