@@ -107,7 +107,8 @@ TRITON = DeviceCaps(
     extern_ops=_LIBRARY_OPS,
     channels_last_conv=False,
     split_reduction_min=1 << 16,
-    split_chunks=64,
+    # a GPU needs many programs in flight: each chunk is one (132 SMs on an H100)
+    split_chunks=1024,
     # a value re-read by a later loop of a kernel stays in registers where both loops are
     # persistent (whole rows in one block, 8 bytes per element as plan_kernel counts them;
     # the scheduler fuses only reads at the index a value is stored at, the lane that

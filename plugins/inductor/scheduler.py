@@ -6,7 +6,9 @@ node, *inner* loops (a reduction's reduced dimensions, or the trailing
 dimensions of a pointwise node that joined a reduction's row loop). Two
 kernels may fuse when
 
-* their nodes split into the same outer sizes (reductions fix theirs),
+* their nodes split into the same outer sizes (reductions fix theirs; a
+  pointwise node's loop may split in two, so that a (32, 32) output joins the
+  loop over its (2, 16) rows of statistics),
 * every value one reads from the other is read exactly where, in the same
   outer iteration, it was written (so parallel outer iterations never
   depend on each other and results never change),
@@ -22,6 +24,7 @@ variables put in. :mod:`.kernel_plan` and the code generators receive
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,6 +49,7 @@ class SchedulerNode:
         self.buffer = buffer
         self.name = buffer.name
         self.order = order
+        self.body = buffer.body
         data = buffer.data
         ranges = data.ranges
         # the body's variables in loop order: the output's dims (pointwise: by decreasing
@@ -73,14 +77,56 @@ class SchedulerNode:
             return self.reduction_sizes if self.loop_sizes == outer else None
         if self.is_scatter:
             return () if self.loop_sizes == outer else None
-        if self.loop_sizes[: len(outer)] == outer:
-            return self.loop_sizes[len(outer) :]
-        return None
+        pieces = self._pieces(outer)
+        if pieces is None:
+            return None
+        return tuple(s for p in pieces for s in p)[len(outer) :]
+
+    def _pieces(self, outer: tuple[int, ...]) -> list[tuple[int, ...]] | None:
+        """Each loop's sizes once split so that ``outer`` is a prefix of the loops (a loop of
+        32 under outer loops (2, 16) becomes 2 x 16: a layer norm's (32, 32) output under its
+        statistics' (2, 16) rows); None where that would take merging loops."""
+        pieces, k = [], 0
+        for size in self.loop_sizes:
+            sub = []
+            while k < len(outer) and size != 1:
+                if size == outer[k]:  # the whole loop (an empty one too)
+                    sub.append(size)
+                    size, k = 1, k + 1
+                elif 0 in (size, outer[k]) or size % outer[k]:
+                    return None
+                else:
+                    sub.append(outer[k])
+                    size, k = size // outer[k], k + 1
+            if size != 1:
+                sub.append(size)
+            pieces.append(tuple(sub))
+        return pieces if k == len(outer) else None
+
+    def refined(self, outer: tuple[int, ...]) -> SchedulerNode:
+        """This node with its loops split so that ``outer`` is a prefix of them: a loop
+        variable ``x`` of size 32 becomes ``16 * x_0 + x_1`` (``self`` if none splits)."""
+        pieces = None if self.is_reduction or self.is_scatter else self._pieces(outer)
+        if pieces is None or all(len(p) <= 1 for p in pieces):
+            return self
+        node = copy.copy(self)
+        node._vars, mapping = [], {}
+        for var, sizes in zip(self._vars, pieces, strict=True):
+            parts = [Var(f"{var.name}_{k}", size) for k, size in enumerate(sizes)]
+            expr, stride = Expr(), 1
+            for part in reversed(parts):
+                expr, stride = expr + Expr.of(part) * stride, stride * part.size
+            mapping[var] = expr
+            node._vars += parts
+        node.loop_sizes = tuple(s for p in pieces for s in p)
+        node.body = self.body.subs(mapping)
+        node._accesses = {}
+        return node
 
     def body_at(self, outer_vars: list[Expr], inner_vars: list[Expr]) -> LoopBody:
         """The body with ``outer_vars`` then ``inner_vars`` for its loops (outermost first)."""
         loops = [*outer_vars, *inner_vars]
-        return self.buffer.body.subs(dict(zip(self._vars, loops, strict=True)))
+        return self.body.subs(dict(zip(self._vars, loops, strict=True)))
 
     def accesses(self, outer: tuple[int, ...]) -> tuple[list[tuple[str, Expr]], Expr]:
         """(loads, store index) in canonical kernel variables ``o*`` / ``i*``."""
@@ -368,7 +414,7 @@ class Scheduler:
             return None
         if self._ancestry.creates_cycle(a.nodes[0].name, b.nodes[0].name):
             return None
-        nodes = sorted([*a.nodes, *b.nodes], key=lambda n: n.order)
+        nodes = sorted([n.refined(outer) for n in (*a.nodes, *b.nodes)], key=lambda n: n.order)
         if not self._accesses_agree(nodes, outer):
             return None
         return FusedKernel(nodes, outer)

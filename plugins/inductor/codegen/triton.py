@@ -44,13 +44,15 @@ from ..indexing import Expr, FloorDiv, Indirect, Mod, Var, unflatten
 from ..ir import GraphIR, Reduction
 from ..kernel_plan import KernelPlan, Segment
 from ..loop_body import Op, Value, compute_dtype
-from ..scheduler import SchedulerNode
+from ..scheduler import INNER, OUTER, SchedulerNode
 from .triton_launch import launcher_for, use_triton_cache
 
 #: elements of one ``[XBLOCK, RBLOCK]`` tile
 TILE_ELEMENTS = 4096
 #: elements one program of a pointwise kernel handles
 POINTWISE_BLOCK = 1024
+#: reduced elements per block of a kernel that reduces down columns (see ``_reads_down_columns``)
+COLUMN_RBLOCK = 64
 
 #: float32 -> bfloat16 conversions round to nearest-even on a GPU; Triton's interpreter
 #: truncates, so under it the value is rounded first (bit arithmetic, NaN kept)
@@ -595,6 +597,7 @@ class TritonKernel:
         self._reduced: dict[tuple[str, Expr], TritonValue] = {}  # reduction results, whole kernel
         self._locals: dict[tuple[str, Expr], TritonValue] = {}  # the plan's local buffers
         self._tile_names: dict[tuple[int, ...], int] = {}  # inner loops -> first segment over them
+        self._columns = False  # tiles wide in x, short in r (decided in ``emit``)
         self._stored: set[str] = set()
         self._tmp = 0
 
@@ -616,6 +619,7 @@ class TritonKernel:
     def emit(self) -> tuple[str, list[str], dict[str, int], tuple[int, ...]]:
         """(source with placeholder name ``KERNEL_NAME``, buffer arguments, block sizes, grid)."""
         xnumel = math.prod(self.plan.kernel.outer)
+        self._columns = self._reads_down_columns()
         rblocks = [self._rblock(seg) for seg in self.plan.segments if self._tiled(seg)]
         if rblocks:
             xblock = min(_pow2(xnumel), max(1, TILE_ELEMENTS // max(rblocks)))
@@ -646,9 +650,31 @@ class TritonKernel:
     def _tiled(seg: Segment) -> bool:
         return bool(seg.inner) or any(n.is_reduction for n in seg.nodes)
 
-    @staticmethod
-    def _rblock(seg: Segment) -> int:
-        return min(_pow2(math.prod(seg.inner)), TRITON_PERSISTENT_MAX)
+    def _rblock(self, seg: Segment) -> int:
+        largest = COLUMN_RBLOCK if self._columns else TRITON_PERSISTENT_MAX
+        return min(_pow2(math.prod(seg.inner)), largest)
+
+    def _reads_down_columns(self) -> bool:
+        """Whether the kernel's reductions mostly read memory contiguous along the outer loops
+        and strided along the reduced ones (a sum over a matrix's rows: a bias's gradient).
+        Tiles are then wide in x and short in r, so that each row of a tile is one coalesced
+        read; whole rows per program would read one element per 32-byte sector."""
+        outer = self.plan.kernel.outer
+        if self.plan.local or not outer:  # kept values need whole rows in one block
+            return False
+        last_outer = Var(f"{OUTER}{len(outer) - 1}", outer[-1])
+        down = along = 0
+        for seg in self.plan.segments:
+            if not seg.inner:
+                continue
+            last_inner = Var(f"{INNER}{len(seg.inner) - 1}", seg.inner[-1])
+            for node in seg.nodes:
+                for _, index in self.plan.body(node).loads():
+                    if index.coefficient(last_inner) == 1:
+                        along += 1
+                    elif index.coefficient(last_outer) == 1:
+                        down += 1
+        return down > along
 
     # -- segments ---------------------------------------------------------------------
     def _segment(self, k: int, seg: Segment, outer_vars: list[Expr]) -> None:

@@ -55,6 +55,18 @@ def test_matmul_runs_as_extern_with_fused_epilogue():
     assert kernel_count(compiled) == 1
 
 
+def test_normalized_rows_viewed_as_a_matrix_fuse_with_their_statistics():
+    """layer_norm on (2, 16, 32) viewed as (32, 32) for a matmul: the output's loop of 32 rows
+    splits into the statistics' (2, 16), so normalizing joins the kernel that computes them
+    (one pass over the rows, not a second kernel re-reading them)."""
+
+    def fn(x, w):
+        return F.layer_norm(x, (32,)).view(32, 32) @ w
+
+    compiled = check(fn, torch.randn(2, 16, 32), torch.randn(32, 8), rtol=1e-4, atol=1e-4)
+    assert kernel_count(compiled) == 1
+
+
 def test_dead_buffers_are_reused():
     def fn(x, w):
         a = torch.relu(x @ w)
