@@ -6,8 +6,10 @@ Import as ``from kiln_testing import RecordingBackend, run_both`` (pytest puts
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
+import dataclasses
 import inspect
 import os
 import subprocess
@@ -63,17 +65,23 @@ class RecordingBackend:
 def assert_same(actual: Any, expected: Any) -> None:
     """Structure, types and values equal; tensors compared with assert_close.
 
-    Plain objects (no ``__eq__`` of their own) are compared by their
-    attributes, numpy arrays by value.
+    Plain objects (no ``__eq__`` of their own) and dataclass instances are compared by
+    their attributes (a dict subclass's items too), numpy arrays by value.
     """
     assert type(actual) is type(expected), f"{type(actual)} != {type(expected)}"
-    if isinstance(expected, torch.Tensor):
+    if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
+        assert_same(vars(actual), vars(expected))
+        if isinstance(expected, dict):
+            assert_same(dict(actual), dict(expected))
+    elif isinstance(expected, torch.Tensor):
         torch.testing.assert_close(actual, expected)
         assert actual.requires_grad == expected.requires_grad
-    elif isinstance(expected, (list, tuple)):
+    elif isinstance(expected, (list, tuple, collections.deque)):
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected, strict=True):
             assert_same(a, e)
+        if isinstance(expected, collections.deque):
+            assert actual.maxlen == expected.maxlen
         if hasattr(expected, "_fields"):
             assert actual._fields == expected._fields
     elif isinstance(expected, dict):

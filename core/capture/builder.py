@@ -12,6 +12,7 @@ for tensors.
 from __future__ import annotations
 
 import builtins
+import cmath
 import collections
 import dataclasses
 import functools
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch._library.custom_ops import CustomOpDef
 
+from torchkiln.capture import polyfills
 from torchkiln.capture import variables as V
 from torchkiln.capture.runtime import GradModeRestore
 from torchkiln.capture.targets import is_stdlib
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
     from torchkiln.capture.output_graph import OutputGraph
 
 #: Modules whose functions are evaluated at capture time when given constants.
-PURE_MODULES = {"math", "operator", "builtins", "_operator"}
+PURE_MODULES = {"math", "cmath", "operator", "builtins", "_operator"}
+
+#: Dict types read item by item (a ``defaultdict`` also reads its factory).
+DICT_TYPES = (dict, collections.OrderedDict, collections.defaultdict, collections.Counter)
 
 #: torch objects that are context managers for grad mode.
 GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
@@ -62,17 +67,37 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
         return V.TupleVariable(
             items, source, cls=type(value), fields=getattr(type(value), "_fields", None)
         )
-    if type(value) in (dict, collections.OrderedDict):
+    if type(value) in DICT_TYPES:
         keys = list(value)
         if not all(V.is_constant_value(k) for k in keys):
             raise Unsupported("a dict with non-constant keys")
         if source:
             guards.type_is(source, type(value))
             guards.dict_keys(source, keys)
-        return V.DictVariable(
-            {k: out.wrap(v, f"{source}[{k!r}]" if source else None) for k, v in value.items()},
-            source,
-        )
+        items = {k: out.wrap(v, f"{source}[{k!r}]" if source else None) for k, v in value.items()}
+        if type(value) is collections.defaultdict:
+            factory = out.wrap(
+                value.default_factory, f"{source}.default_factory" if source else None
+            )
+            return V.DefaultDictVariable(factory, items, source)
+        if type(value) is collections.OrderedDict:
+            return V.OrderedDictVariable(items, source)
+        if type(value) is collections.Counter:
+            return V.CounterVariable(items, source)
+        return V.DictVariable(items, source)
+    if type(value) is collections.deque:
+        if source:
+            guards.type_is(source, collections.deque)
+            guards.length(source, len(value))
+            guards.add(
+                f"{source}.maxlen == {value.maxlen!r}", 2, f"{source}.maxlen == {value.maxlen!r}"
+            )
+        items = [out.wrap(v, f"{source}[{i}]" if source else None) for i, v in enumerate(value)]
+        return V.DequeVariable(items, value.maxlen, source)
+    if dataclasses.is_dataclass(type(value)) and isinstance(value, dict):
+        if source:
+            guards.type_is(source, type(value))
+        return V.DictObjectVariable.from_real(out, value, source)
     if type(value) is set:
         if not all(V.is_constant_value(k) for k in value):
             raise Unsupported("a set of non-constant values")
@@ -94,8 +119,10 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
             return V.GradModeVariable(True)
         raise Unsupported(f"context manager {type(value).__name__}")
     if isinstance(value, functools.partial):
-        if source:
+        if source:  # ``args`` and ``keywords`` can be reassigned: what is read of them, guarded
             guards.type_is(source, functools.partial)
+            guards.length(f"{source}.args", len(value.args))
+            guards.dict_keys(f"{source}.keywords", list(value.keywords))
         return V.PartialVariable(
             out.wrap(value.func, f"{source}.func" if source else None),
             [
@@ -108,6 +135,15 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
             },
             source,
         )
+    if isinstance(value, functools._lru_cache_wrapper) and isinstance(
+        value.__wrapped__, types.FunctionType
+    ):
+        # the cache is bypassed and the function traced, as torch.compile does: a cached
+        # result is the function's result for a pure function, the only kind worth caching
+        if source:
+            guards.identity(source, value)
+            guards.identity(f"{source}.__wrapped__", value.__wrapped__)
+        return V.UserFunctionVariable(value.__wrapped__, source)
     decorated = grad_mode_decorated(value)
     if decorated is not None:
         mode, func = decorated
@@ -236,11 +272,12 @@ def _is_torch(value: Any) -> bool:
 
 
 def _is_builtin(value: Any) -> bool:
-    if getattr(value, "__module__", None) in PURE_MODULES:
+    if getattr(value, "__module__", None) in PURE_MODULES or polyfills.stand_in(value):
         return True
     return isinstance(value, types.BuiltinFunctionType) and getattr(value, "__self__", None) in (
         builtins,
         math,
+        cmath,
         operator,
     )
 

@@ -9,7 +9,6 @@ raise ``Unsupported``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import math
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchkiln.capture import polyfills
 from torchkiln.capture import variables as V
 from torchkiln.capture.builder import is_pure_builtin
 from torchkiln.exc import Unsupported
@@ -75,18 +75,87 @@ def call_builtin(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.Variabl
     handler = _HANDLERS.get(fn)
     if handler is not None:
         return handler(tx, *args, **kwargs)
+    if polyfills.stand_in(fn) is not None:
+        return call_polyfill(tx, fn, args, kwargs)
+    if isinstance(fn, polyfills.GETTER_TYPES):
+        return _call_getter(tx, fn, args, kwargs)
     if _all_constant(args, kwargs) and is_pure_builtin(fn):
         return fold(fn, *_consts(args), **{k: v.as_python_constant() for k, v in kwargs.items()})
     if getattr(fn, "__module__", None) in ("_operator", "operator") and not kwargs:
         if any(isinstance(a, V.TensorVariable) for a in args):
             return tx.output.call_op("call_function", fn, args, {})
-        symbol = _OPERATOR_SYMBOLS.get(fn.__name__)
+        symbol = _OPERATOR_SYMBOLS.get(getattr(fn, "__name__", ""))
         if symbol is not None and len(args) == 2:
             return tx.binary_op(symbol, args[0], args[1])
         if fn is operator.getitem:
             return tx.subscript(args[0], args[1])
+    if is_pure_builtin(fn) and fn not in _MUTATING_OPERATORS:
+        return _fold_reading(tx, fn, args, kwargs)
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     raise Unsupported(f"builtin {name}() with non-constant arguments")
+
+
+#: ``operator`` functions that change their first argument: never run on a copy of it.
+_MUTATING_OPERATORS = frozenset(
+    getattr(operator, name)
+    for name in dir(operator)
+    if name in ("setitem", "delitem") or (name.startswith("i") and name[1:] in dir(operator))
+)
+
+
+def _consumes_iterable(fn: Any) -> bool:
+    """A pure function that runs an iterable argument to its end (an iterator is, first)."""
+    if fn in (math.prod, math.fsum):
+        return True
+    return getattr(fn, "__name__", "") == "join" and type(getattr(fn, "__self__", None)) in (
+        str,
+        bytes,
+    )
+
+
+def _fold_reading(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
+    """``fn`` on real copies of lists, tuples and dicts of constants (``math.prod([n, 2])``,
+    ``"-".join(parts)``): it only reads them, and its result must be immutable, so that no
+    copy is seen again."""
+    if _consumes_iterable(fn):
+        args = [
+            V.ListVariable(a.unpack(tx)) if isinstance(a, V.IteratorVariable) else a for a in args
+        ]
+    values = [*args, *kwargs.values()]
+    if not all(V.has_real_value(a) for a in values):
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+        raise Unsupported(f"builtin {name}() with non-constant arguments")
+    result = fold(fn, *map(V.real_value, args), **{k: V.real_value(v) for k, v in kwargs.items()})
+    if not isinstance(result, V.ConstantVariable):
+        raise Unsupported(f"{fn.__name__}() returned a mutable value built from a container")
+    return result
+
+
+def call_polyfill(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
+    """A C iteration helper (``itertools.chain``, ``functools.reduce``...): its Python stand-in
+    is inlined; over constants only, a finite one is computed now."""
+    if fn in polyfills.FOLDED and _all_constant(args, kwargs):
+        items = fold(lambda *a, **k: list(fn(*a, **k)), *_consts(args), **_const_kwargs(kwargs))
+        return V.IteratorVariable(items.items)
+    return tx.inline_call(polyfills.POLYFILLS[fn], args, kwargs)
+
+
+def _call_getter(tx: Translator, getter: Any, args: list, kwargs: dict) -> V.VariableTracker:
+    """A real ``operator.itemgetter``/``attrgetter``/``methodcaller``: the stand-in is made with
+    the getter's own arguments (fixed by its identity guard), then called."""
+    cls, made_with, made_with_kw = polyfills.getter_arguments(getter)
+    if not all(V.is_constant_value(v) for v in (*made_with, *made_with_kw.values())):
+        raise Unsupported(f"calling an operator.{cls.__name__} made with non-constant arguments")
+    stand_in = tx.inline_call(
+        polyfills.POLYFILLS[cls],
+        [V.ConstantVariable(v) for v in made_with],
+        {k: V.ConstantVariable(v) for k, v in made_with_kw.items()},
+    )
+    return tx.call_function(stand_in, args, kwargs)
+
+
+def _const_kwargs(kwargs: dict) -> dict:
+    return {k: v.as_python_constant() for k, v in kwargs.items()}
 
 
 _OPERATOR_SYMBOLS = {
@@ -122,6 +191,12 @@ def _isinstance(
     if isinstance(obj, V.TensorVariable) and not obj.source:
         return V.ConstantVariable(issubclass(torch.Tensor, klass))
     return V.ConstantVariable(issubclass(ptype, klass))
+
+
+def _issubclass(
+    tx: Translator, cls: V.VariableTracker, classinfo: V.VariableTracker
+) -> V.VariableTracker:
+    return fold(issubclass, class_value(cls), class_value(classinfo))
 
 
 def _iter_items(tx: Translator, obj: V.VariableTracker) -> list[V.VariableTracker]:
@@ -193,14 +268,30 @@ def _reversed(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
 
 def _min_max(fn: Any) -> Any:
     def handler(
-        tx: Translator, *args: V.VariableTracker, **kwargs: V.VariableTracker
+        tx: Translator,
+        *args: V.VariableTracker,
+        key: V.VariableTracker | None = None,
+        default: V.VariableTracker | None = None,
     ) -> V.VariableTracker:
-        items = list(args) if len(args) > 1 else _iter_items(tx, args[0])
-        if any(isinstance(i, V.TensorVariable) for i in items):
+        """The first item whose key is smallest (largest), keys computed as items come; the
+        items themselves may be anything (``max(tensors, key=lambda t: t.numel())``)."""
+        if not args or (len(args) > 1 and default is not None):
+            raise Unsupported(f"{fn.__name__}() with these arguments raises TypeError")
+        iterator = (V.TupleVariable(list(args)) if len(args) > 1 else args[0]).make_iterator(tx)
+        no_key = key is None or (key.is_constant() and key.as_python_constant() is None)
+        items, keys = [], []
+        while (item := iterator.next(tx)) is not None:
+            items.append(item)
+            keys.append(item if no_key else tx.call_function(key, [item], {}))
+        if not items and default is not None:
+            return default
+        if any(isinstance(k, V.TensorVariable) for k in keys):
             raise Unsupported(
                 f"{fn.__name__}() over tensors compares their values (data-dependent)"
             )
-        return fold(fn, _consts(items), **{k: v.as_python_constant() for k, v in kwargs.items()})
+        values = _consts(keys)
+        best = fold(fn, range(len(items)), key=values.__getitem__).as_python_constant()
+        return items[best]
 
     return handler
 
@@ -245,13 +336,7 @@ def _getattr(
 
 
 def _hasattr(tx: Translator, obj: V.VariableTracker, name: V.VariableTracker) -> V.VariableTracker:
-    try:
-        tx.getattr(obj, name.as_python_constant())
-    except Unsupported as e:
-        if "has no attribute" in str(e):
-            return V.ConstantVariable(False)
-        raise
-    return V.ConstantVariable(True)
+    return V.ConstantVariable(obj.has_attribute(tx, name.as_python_constant()))
 
 
 def _setattr(
@@ -335,6 +420,7 @@ def _unsupported(name: str) -> Any:
 _HANDLERS: dict[Any, Any] = {
     len: _len,
     isinstance: _isinstance,
+    issubclass: _issubclass,
     enumerate: _enumerate,
     zip: _zip,
     list: _list,
@@ -392,6 +478,19 @@ def _signature(
 PYTHON_FUNCTIONS: dict[Any, Any] = {inspect.signature: _signature}
 
 
+def python_function(fn: Any) -> Any:
+    """The model of standard-library function ``fn`` (here, for ``dataclasses`` in ``records``,
+    for ``collections`` in ``collection_types``), or None: then it is inlined."""
+    for table in (
+        PYTHON_FUNCTIONS,
+        V.records.PYTHON_FUNCTIONS,
+        V.collection_types.PYTHON_FUNCTIONS,
+    ):
+        if fn in table:
+            return table[fn]
+    return None
+
+
 def _is_plain_user_class(cls: type) -> bool:
     """A Python class whose instances are plain objects: ``__new__`` is ``object``'s, no slots."""
     if cls.__module__ in ("builtins",) or cls.__module__.startswith("torch"):
@@ -408,6 +507,11 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
     """``cls(*args)`` for builtin containers, namedtuples, dataclasses and torch value types."""
     if cls in _HANDLERS:
         return _HANDLERS[cls](tx, *args, **kwargs)
+    for constructors in (V.collection_types.CONSTRUCTORS, V.context_managers.CONSTRUCTORS):
+        if cls in constructors:
+            return constructors[cls](tx, *args, **kwargs)
+    if polyfills.stand_in(cls) is not None:
+        return call_polyfill(tx, cls, args, kwargs)
     if cls in (range, slice, frozenset, complex, bytes) or cls in (
         torch.Size,
         torch.device,
@@ -438,22 +542,8 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
             values[f] if f in values else tx.output.wrap(defaults[f], None) for f in cls._fields
         ]
         return V.TupleVariable(items, cls=cls, fields=tuple(cls._fields))
-    if (
-        dataclasses.is_dataclass(cls)
-        and not hasattr(cls, "__post_init__")
-        and cls.__dataclass_params__.init
-    ):
-        fields = [f for f in dataclasses.fields(cls) if f.init]
-        values = dict(zip((f.name for f in fields), args))
-        values.update(kwargs)
-        for f in fields:
-            if f.name not in values:
-                if f.default is dataclasses.MISSING:
-                    raise Unsupported(
-                        f"{cls.__name__}() without field {f.name} (default factories are not traced)"
-                    )
-                values[f.name] = tx.output.wrap(f.default, None)
-        return V.UserObjectVariable(None, cls=cls, attrs=values)
+    if V.records.builds_natively(cls):
+        return V.records.construct(tx, cls, args, kwargs)
     if _is_plain_user_class(cls):
         obj = V.UserObjectVariable(None, cls=cls)
         init = V.class_lookup(cls, "__init__")

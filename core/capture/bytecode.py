@@ -108,6 +108,15 @@ def disassemble(code: types.CodeType) -> list[Instr]:
     return instrs
 
 
+@functools.lru_cache(maxsize=1024)
+def handler_at(code: types.CodeType, offset: int) -> int | None:
+    """The offset of the handler an exception raised at ``offset`` jumps to, or None."""
+    for start, end, target, _, _ in _parse_exception_table(code.co_exceptiontable):
+        if start <= offset < end:
+            return target
+    return None
+
+
 def _parse_exception_table(table: bytes) -> list[tuple[int, int, int, int, bool]]:
     entries = []
     it = iter(table)

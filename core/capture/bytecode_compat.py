@@ -49,6 +49,10 @@ NULL_BELOW_CALLABLE = not PY313
 #: What ``END_FOR`` pops: 3.12's stands for two ``POP_TOP``, 3.13's (followed by one) for one.
 END_FOR_POPS = 1 if PY313 else 2
 
+#: 3.12+'s ``SEND`` leaves the delegate below its return value for ``END_SEND`` to pop; 3.11's
+#: replaces it.
+SEND_KEEPS_RECEIVER = PY312
+
 #: ``BINARY_OP``'s argument indexes this table of (name, symbol).
 BINARY_OPS: list[str] = [symbol for _, symbol in dis._nb_ops]  # type: ignore[attr-defined]
 
@@ -100,6 +104,11 @@ def make_function_flags(inst: dis.Instruction) -> tuple[int, ...]:
     if PY313:
         return ()
     return tuple(flag for flag in (8, 4, 2, 1) if inst.arg & flag)
+
+
+def resumes_yield_from(inst: dis.Instruction) -> bool:
+    """The ``RESUME`` after a ``yield from``'s ``YIELD_VALUE`` (3.13 packs more bits above)."""
+    return inst.opname == "RESUME" and inst.arg & 3 == 2
 
 
 def intrinsic_name(inst: dis.Instruction) -> str:

@@ -24,7 +24,6 @@ import torch
 from torchkiln.capture import variables as V
 from torchkiln.capture.guards import GuardSet
 from torchkiln.capture.output_graph import OutputGraph
-from torchkiln.capture.runtime import make_object
 from torchkiln.exc import Unsupported
 
 _LITERAL_TYPES = (int, str, bool, type(None), bytes)
@@ -34,6 +33,7 @@ _BUILT_ONCE = (
     V.ListVariable,
     V.DictVariable,
     V.SetVariable,
+    V.DequeVariable,
     V.UserObjectVariable,
     V.IteratorVariable,
     V.NestedFunctionVariable,
@@ -99,11 +99,6 @@ class FrameCodegen:
             raise Unsupported(f"cannot rebuild a slice of a {vt.describe()} after the graph")
         if isinstance(vt, V.ValueVariable) and vt.value is not None:
             return self.bind(vt.value)
-        if isinstance(vt, V.UserObjectVariable):
-            fields = ", ".join(f"{k!r}: {self.reconstruct(v)}" for k, v in vt.attrs.items())
-            return (
-                f"{self.bind(make_object, 'make_object')}({self.bind(vt.cls, 'cls')}, {{{fields}}})"
-            )
         if isinstance(vt, V.SliceVariable):
             return f"slice({', '.join(self.reconstruct(p) for p in vt.parts)})"
         return vt.reconstruct(self)
@@ -120,14 +115,8 @@ class FrameCodegen:
             if hasattr(vt.cls, "_fields"):
                 return f"{cls}({items})"
             return f"{cls}(({items},))"
-        if isinstance(vt, V.DictVariable):
-            return (
-                "{"
-                + ", ".join(
-                    f"{self.constant(k)}: {self.reconstruct(v)}" for k, v in vt.items.items()
-                )
-                + "}"
-            )
+        if isinstance(vt, (V.DictVariable, V.DequeVariable)):
+            return vt.reconstruct_literal(self)
         if isinstance(vt, V.SetVariable):
             if not vt.values:
                 return "set()"
@@ -145,12 +134,7 @@ class FrameCodegen:
             kind = event[0]
             if kind == "container":
                 vt = event[1]
-                new = self.temp(self.literal(vt))
-                if isinstance(vt, V.ListVariable):
-                    self.statements.append(f"{vt.source}[:] = {new}")
-                else:
-                    self.statements.append(f"{vt.source}.clear()")
-                    self.statements.append(f"{vt.source}.update({new})")
+                self.statements += vt.write_back(self, self.temp(self.literal(vt)))
             elif kind == "attr":
                 _, obj, name, value = event
                 self.statements.append(

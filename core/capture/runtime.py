@@ -35,6 +35,15 @@ def make_object(cls: type, attrs: dict) -> Any:
     return obj
 
 
+def make_dict_object(cls: type, attrs: dict, setitem: Any, items: dict) -> Any:
+    """A dict-subclass instance the compiled frame created: its items are stored with the C
+    ``setitem`` (the class's own ``__setitem__`` may refuse or do more), then its attributes."""
+    obj = make_object(cls, attrs)
+    for key, value in items.items():
+        setitem(obj, key, value)
+    return obj
+
+
 def iterator_at(iterable: Iterable, index: int) -> Iterator:
     """``iter(iterable)`` advanced by ``index`` items: an iterator the compiled frame had started."""
     iterator = iter(iterable)

@@ -138,10 +138,13 @@ class Translator:
                 ) from e
         return self.return_value
 
-    def resume_generator(self) -> V.VariableTracker | None:
-        """A generator's next item: its code runs to the next ``yield``; None once it returned."""
+    def resume_generator(self, sent: V.VariableTracker | None) -> V.VariableTracker | None:
+        """A generator's next item: ``sent`` becomes the value of the ``yield`` it is suspended
+        at (None to start it), its code runs to the next ``yield``; None once it returned."""
         if self.return_value is not None:
             return None
+        if sent is not None:
+            self.push(sent)
         self.run()
         value, self.suspended = self.suspended, None
         return value
@@ -178,10 +181,6 @@ class Translator:
     # -- generic operations (also used by builtins) -----------------------------------
 
     def getattr(self, obj: V.VariableTracker, name: str) -> V.VariableTracker:
-        if isinstance(obj, (V.ListVariable, V.DictVariable, V.SetVariable)):
-            if not hasattr(obj.python_type(), name):
-                raise Unsupported(f"{obj.python_type().__name__} has no attribute {name!r}")
-            return V.BoundMethodVariable(obj, name)
         if name == "__class__" and isinstance(obj, (V.ValueVariable, V.ConstantVariable)):
             # a real object's exact type (guarded wherever the object came from)
             return self.output.wrap(obj.python_type(), None)
@@ -231,6 +230,9 @@ class Translator:
             return self.output.call_op("call_function", fn, [a, b], {})
         if a.is_constant() and b.is_constant():
             return fold(fn, a.as_python_constant(), b.as_python_constant())
+        result = a.binary(self, symbol, b, False) or b.binary(self, symbol, a, True)
+        if result is not None:
+            return result
         if inplace and isinstance(a, V.ListVariable) and base in "+*":
             if base == "+":
                 a.call_method(self, "extend", [b], {})
@@ -273,6 +275,9 @@ class Translator:
                 return False  # a list never equals a tuple
             return len(a.items) == len(b.items) and all(map(self.item_equals, a.items, b.items))
         if isinstance(a, V.DictVariable) and isinstance(b, V.DictVariable):
+            ordered = isinstance(a, V.OrderedDictVariable) and isinstance(b, V.OrderedDictVariable)
+            if ordered and list(a.items) != list(b.items):
+                return False  # two OrderedDicts are equal only in the same order
             return len(a.items) == len(b.items) and all(
                 k in b.items and self.item_equals(v, b.items[k]) for k, v in a.items.items()
             )
@@ -318,7 +323,7 @@ class Translator:
             return self.output.call_op("call_function", operator.getitem, [obj, index], {})
         if isinstance(obj, V.NNModuleVariable):
             return self.output.module_getitem(obj, index.as_python_constant())
-        if isinstance(obj, (V.ContainerVariable, V.DictVariable)):
+        if isinstance(obj, (V.ContainerVariable, V.DictVariable, V.DequeVariable)):
             return obj.getitem(self, index.as_python_constant())
         if obj.is_constant() and index.is_constant():
             return fold(operator.getitem, obj.as_python_constant(), index.as_python_constant())
@@ -725,6 +730,8 @@ class Translator:
                 obj.items[index] = self.unpack_iterable(value)
             else:
                 obj.items[index] = value
+        elif isinstance(obj, (V.UserObjectVariable, V.DequeVariable)):
+            self.call_function(self.getattr(obj, "__setitem__"), [key, value], {})
         else:
             raise Unsupported(f"item assignment on {obj.describe()}")
 
@@ -920,8 +927,32 @@ class Translator:
             raise Unsupported(
                 f"yield outside a generator the frame called (or more than {MAX_GENERATOR_ITEMS})"
             )
-        self.suspended = self.pop()
-        self.push(V.ConstantVariable(None))  # what ``next()`` sends in
+        self.suspended = self.pop()  # ``resume_generator`` pushes what is sent in
+
+    def GET_YIELD_FROM_ITER(self, inst: dis.Instruction) -> None:
+        self.push(self.pop().make_iterator(self))
+
+    def SEND(self, inst: dis.Instruction) -> None:
+        """``yield from``'s step: send the value on to the delegate; once it returned, its
+        return value replaces it (3.11) or goes above it for ``END_SEND`` (3.12+)."""
+        value = self.pop()
+        delegate = self.stack[-1]
+        item = delegate.send(self, value)
+        if item is not None:
+            self.push(item)
+            return
+        result = delegate.return_value() if isinstance(delegate, V.GeneratorVariable) else None
+        result = result or V.ConstantVariable(None)
+        if bc.SEND_KEEPS_RECEIVER:
+            self.push(result)
+        else:
+            self.stack[-1] = result
+        self.jump(inst.argval)
+
+    def END_SEND(self, inst: dis.Instruction) -> None:
+        value = self.pop()
+        self.pop()
+        self.push(value)
 
     # -- calls -----------------------------------------------------------------------
 
@@ -991,13 +1022,9 @@ class Translator:
             fn.defaults = tuple(self.unpack_iterable(value))
 
     def BEFORE_WITH(self, inst: dis.Instruction) -> None:
-        ctx = self.pop()
-        if not isinstance(ctx, V.GradModeVariable):
-            raise Unsupported(
-                f"with block over {ctx.describe()} (only grad-mode contexts are traced)"
-            )
-        self.push(ctx.enter(self))
-        self.push(V.ConstantVariable(None))
+        exit_fn, value = self.pop().enter(self)
+        self.push(exit_fn)
+        self.push(value)
 
 
 _DUNDER = {

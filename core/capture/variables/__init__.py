@@ -18,9 +18,12 @@ One module per family:
 | ``constants`` | immutable values (``ConstantVariable``), slices with traced bounds |
 | ``tensors`` | ``TensorVariable``, guards on tensor state read in the frame |
 | ``containers`` | lists, tuples, dicts, mapping proxies, sets, dict views |
+| ``collection_types`` | ``collections``: ``OrderedDict``, ``defaultdict``, ``Counter``, ``deque`` |
 | ``iterators`` | iterators over containers, ``map``/``filter``/``zip``/``enumerate``, generators |
 | ``functions`` | builtins, user and nested functions, methods, ``partial``, closure cells |
+| ``context_managers`` | ``contextlib.nullcontext`` (grad-mode contexts are in ``torch_objects``) |
 | ``objects`` | Python modules, classes, user objects, ``super()`` |
+| ``records`` | dataclasses and dict-backed user objects (``ModelOutput``), ``dataclasses.fields``... |
 | ``opaque`` | objects not traced into (C functions, TorchScript...) |
 | ``lookups`` | C methods and mapping lookups on real objects, answered at capture time |
 | ``nn_modules`` | ``nn.Module`` instances |
@@ -40,11 +43,19 @@ from torchkiln.capture.variables.base import (
     VariableTracker,
     class_lookup,
 )
+from torchkiln.capture.variables.collection_types import (
+    CounterVariable,
+    DefaultDictVariable,
+    DequeVariable,
+    OrderedDictVariable,
+)
 from torchkiln.capture.variables.constants import (
     CONSTANT_TYPES,
     ConstantVariable,
     SliceVariable,
+    has_real_value,
     is_constant_value,
+    real_value,
 )
 from torchkiln.capture.variables.containers import (
     ContainerVariable,
@@ -54,6 +65,7 @@ from torchkiln.capture.variables.containers import (
     SetVariable,
     TupleVariable,
 )
+from torchkiln.capture.variables.context_managers import NullContextVariable
 from torchkiln.capture.variables.functions import (
     BoundMethodVariable,
     BuiltinVariable,
@@ -79,6 +91,7 @@ from torchkiln.capture.variables.objects import (
     UserObjectVariable,
 )
 from torchkiln.capture.variables.opaque import OpaqueVariable, TorchScriptVariable
+from torchkiln.capture.variables.records import DictObjectVariable, FieldVariable
 from torchkiln.capture.variables.tensors import TensorVariable, guard_tensor_state
 from torchkiln.capture.variables.torch_objects import (
     GradModeDecoratedVariable,
@@ -97,9 +110,14 @@ __all__ = [
     "ClassVariable",
     "ConstantVariable",
     "ContainerVariable",
+    "CounterVariable",
+    "DefaultDictVariable",
+    "DequeVariable",
+    "DictObjectVariable",
     "DictVariable",
     "DictViewVariable",
     "EnumerateVariable",
+    "FieldVariable",
     "FilterVariable",
     "GeneratorVariable",
     "GradModeDecoratedVariable",
@@ -110,7 +128,9 @@ __all__ = [
     "MapVariable",
     "NNModuleVariable",
     "NestedFunctionVariable",
+    "NullContextVariable",
     "OpaqueVariable",
+    "OrderedDictVariable",
     "PartialVariable",
     "PythonModuleVariable",
     "SetVariable",
@@ -128,6 +148,8 @@ __all__ = [
     "ZipVariable",
     "class_lookup",
     "guard_tensor_state",
+    "has_real_value",
     "is_constant_value",
     "literal_repr",
+    "real_value",
 ]

@@ -34,6 +34,16 @@ class VariableTracker:
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         raise Unsupported(f"calling {self.describe()}")
 
+    def has_attribute(self, tx: Translator, name: str) -> bool:
+        """``hasattr(self, name)``: whether reading the attribute succeeds."""
+        try:
+            tx.getattr(self, name)
+        except Unsupported as e:
+            if "has no attribute" in str(e):
+                return False
+            raise
+        return True
+
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         return self.var_getattr(tx, name).call(tx, args, kwargs)
 
@@ -55,6 +65,20 @@ class VariableTracker:
         if _defines_truth(cls):
             raise Unsupported(f"bool() of {self.describe()}: its type defines __bool__ or __len__")
         return True
+
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
+        """``with self as value:``: enters the block; returns its ``__exit__`` and ``value``."""
+        raise Unsupported(
+            f"with block over {self.describe()} (grad-mode contexts and nullcontext are traced)"
+        )
+
+    def binary(
+        self, tx: Translator, symbol: str, other: VariableTracker, reflected: bool
+    ) -> VariableTracker | None:
+        """``self <symbol> other`` (``other <symbol> self`` if ``reflected``) where the type
+        defines the operator (a ``Counter``'s ``+``, a dict view's ``&``); None where it
+        does not, as Python's ``NotImplemented``."""
+        return None
 
     def reconstruct(self, codegen: Any) -> str:
         """A Python expression that rebuilds the real value after the graph ran, for the kinds
@@ -132,6 +156,13 @@ class IteratorVariable(VariableTracker):
 
     def make_iterator(self, tx: Translator) -> IteratorVariable:
         return self
+
+    def send(self, tx: Translator, value: VariableTracker) -> VariableTracker | None:
+        """``yield from``'s step: ``next``, for an iterator that is not a generator (only None
+        can be sent to it)."""
+        if not (value.is_constant() and value.as_python_constant() is None):
+            raise Unsupported(f"yield from {self.describe()} sent a value (it has no send())")
+        return self.next(tx)
 
     def remaining(self) -> list[VariableTracker]:
         return self.items[self.index :]

@@ -56,6 +56,29 @@ def is_constant_value(value: Any) -> bool:
     return False
 
 
+def has_real_value(vt: VariableTracker) -> bool:
+    """Whether ``real_value`` can rebuild ``vt``: a constant, or a plain list, tuple, dict or
+    set of such."""
+    if vt.is_constant() or type(vt) is containers.SetVariable:
+        return True
+    if type(vt) in (containers.ListVariable, containers.TupleVariable):
+        return vt.python_type() in (list, tuple) and all(has_real_value(i) for i in vt.items)
+    if type(vt) is containers.DictVariable:
+        return all(has_real_value(v) for v in vt.items.values())
+    return False
+
+
+def real_value(vt: VariableTracker) -> Any:
+    """A new real copy of ``vt`` (see ``has_real_value``), for a pure function that only reads it."""
+    if vt.is_constant():
+        return vt.as_python_constant()
+    if isinstance(vt, containers.SetVariable):
+        return set(vt.values)
+    if isinstance(vt, containers.DictVariable):
+        return {k: real_value(v) for k, v in vt.items.items()}
+    return vt.python_type()(real_value(i) for i in vt.items)
+
+
 class ConstantVariable(VariableTracker):
     """An immutable Python value (numbers, strings, None, dtypes, sizes, ranges...)."""
 
@@ -97,6 +120,19 @@ class ConstantVariable(VariableTracker):
 
     def truth(self, tx: Translator) -> bool:
         return bool(self.value)
+
+    def binary(
+        self, tx: Translator, symbol: str, other: VariableTracker, reflected: bool
+    ) -> VariableTracker | None:
+        """``"%(name)s" % {...}``: formatting only reads a dict or list of constants."""
+        if symbol != "%" or reflected or not isinstance(self.value, (str, bytes)):
+            return None
+        if not has_real_value(other):
+            return None
+        try:
+            return ConstantVariable(self.value % real_value(other))
+        except Exception as e:
+            raise Unsupported(f"% formatting raised {type(e).__name__}: {e} while tracing") from e
 
     def __repr__(self) -> str:
         return f"Constant({self.value!r})"

@@ -6,6 +6,7 @@ written back after the graph ran.
 
 from __future__ import annotations
 
+import operator
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -54,11 +55,25 @@ class ContainerVariable(VariableTracker):
         raise Unsupported(f"indexing a {self.describe()} with {type(index).__name__}")
 
 
+def method_of(obj: VariableTracker, name: str) -> VariableTracker:
+    """``obj.name`` for a container tracker: a method of its type, run by ``call_method``."""
+    if not callable(getattr(obj.python_type(), name, None)):
+        raise Unsupported(f"{obj.python_type().__name__} has no attribute {name!r}")
+    return functions.BoundMethodVariable(obj, name)
+
+
 class ListVariable(ContainerVariable):
     """A Python list; mutations of a list with a source are replayed after the graph."""
 
     def python_type(self) -> type:
         return list
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return method_of(self, name)
+
+    def write_back(self, codegen: Any, new: str) -> list[str]:
+        """Statements that give the real list behind ``source`` the items of ``new``."""
+        return [f"{self.source}[:] = {new}"]
 
     def is_constant(self) -> bool:
         return False
@@ -148,6 +163,8 @@ class TupleVariable(ContainerVariable):
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
         if self.fields and name in self.fields:
             return self.items[self.fields.index(name)]
+        if self.fields and name == "_fields":
+            return constants.ConstantVariable(tuple(self.fields))
         if name in ("index", "count", "_asdict", "_replace"):
             return functions.BoundMethodVariable(self, name)
         raise Unsupported(f"attribute {name!r} of {self.cls.__name__}")
@@ -188,13 +205,31 @@ class DictVariable(VariableTracker):
     def make_iterator(self, tx: Translator) -> IteratorVariable:
         return iterators.DictIteratorVariable(self, "keys")
 
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return method_of(self, name)
+
     def getitem(self, tx: Translator, key: Any) -> VariableTracker:
         try:
             return self.items[key]
-        except KeyError as e:
-            raise Unsupported(f"dict key {key!r} not found") from e
+        except KeyError:
+            return self.missing(tx, key)
         except TypeError as e:
             raise Unsupported(f"unhashable dict key {key!r}") from e
+
+    def missing(self, tx: Translator, key: Any) -> VariableTracker:
+        """``self[key]`` for a key not in the dict (``__missing__`` of the subclasses)."""
+        raise Unsupported(f"dict key {key!r} not found")
+
+    def reconstruct_literal(self, codegen: Any) -> str:
+        """A new dict of this kind with the current items (``codegen.literal``)."""
+        entries = (
+            f"{codegen.constant(k)}: {codegen.reconstruct(v)}" for k, v in self.items.items()
+        )
+        return "{" + ", ".join(entries) + "}"
+
+    def write_back(self, codegen: Any, new: str) -> list[str]:
+        """Statements that give the real object behind ``source`` the items of ``new``."""
+        return [f"{self.source}.clear()", f"{self.source}.update({new})"]
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         items = self.items
@@ -203,6 +238,15 @@ class DictVariable(VariableTracker):
             tx.output.side_effects.mutate(self)
         if name == "__setitem__":
             items[consts[0]] = args[1]
+        elif name == "__getitem__":
+            return self.getitem(tx, consts[0])
+        elif name == "__iter__":
+            return self.make_iterator(tx)
+        elif name == "popitem" and not args:
+            if not items:
+                raise Unsupported("popitem() of an empty dict (KeyError)")
+            key, value = items.popitem()
+            return TupleVariable([constants.ConstantVariable(key), value])
         elif name == "__delitem__":
             del items[consts[0]]
         elif name == "get":
@@ -232,14 +276,17 @@ class DictVariable(VariableTracker):
         elif name == "clear":
             items.clear()
         elif name == "copy":
-            return DictVariable(items)
+            return self.copy()
         elif name == "__contains__":
             return constants.ConstantVariable(consts[0] in items)
         elif name == "__len__":
             return constants.ConstantVariable(len(items))
         else:
-            raise Unsupported(f"dict.{name}")
+            raise Unsupported(f"{self.python_type().__name__}.{name}")
         return constants.ConstantVariable(None)
+
+    def copy(self) -> DictVariable:
+        return DictVariable(self.items)
 
 
 class ReadOnlyDictVariable(DictVariable):
@@ -266,6 +313,12 @@ class SetVariable(VariableTracker):
 
     def python_type(self) -> type:
         return set
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return method_of(self, name)
+
+    def write_back(self, codegen: Any, new: str) -> list[str]:
+        return [f"{self.source}.clear()", f"{self.source}.update({new})"]
 
     def truth(self, tx: Translator) -> bool:
         return bool(self.values)
@@ -334,5 +387,38 @@ class DictViewVariable(VariableTracker):
             return constants.ConstantVariable(len(self.mapping.items))
         raise Unsupported(f"{self.python_type().__name__}.{name}")
 
+    def binary(
+        self, tx: Translator, symbol: str, other: VariableTracker, reflected: bool
+    ) -> VariableTracker | None:
+        """``keys()`` and ``items()`` are sets: ``&``, ``|``, ``-``, ``^`` give a set, comparisons
+        a bool; the other side is any iterable (a set, a list, another view)."""
+        if self.kind == "values" or symbol not in VIEW_OPERATORS:
+            return None
+        mine = {entry.as_python_constant() for entry in self.unpack(tx)}
+        theirs = other_entries(tx, other)
+        if symbol in ("&", "|", "-", "^"):
+            theirs = set(theirs)
+        elif not isinstance(other, (DictViewVariable, SetVariable)):
+            return None  # ``keys() < [1]`` is a TypeError, ``keys() == [1]`` False: not modelled
+        a, b = (theirs, mine) if reflected else (mine, theirs)
+        result = VIEW_OPERATORS[symbol](a, b)
+        return (
+            SetVariable(result) if isinstance(result, set) else constants.ConstantVariable(result)
+        )
+
     def reconstruct(self, codegen: Any) -> str:
         return f"{codegen.reconstruct(self.mapping)}.{self.kind}()"
+
+
+VIEW_OPERATORS = {
+    "&": operator.and_, "|": operator.or_, "-": operator.sub, "^": operator.xor,
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+
+
+def other_entries(tx: Translator, other: VariableTracker) -> set:
+    """The constants in ``other``, the second operand of a dict view's set operator."""
+    if isinstance(other, SetVariable):
+        return set(other.values)
+    return {entry.as_python_constant() for entry in tx.unpack_iterable(other)}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchkiln.capture import builtins
 from torchkiln.capture.runtime import make_function
-from torchkiln.capture.variables import constants
+from torchkiln.capture.variables import constants, containers
 from torchkiln.capture.variables.base import ValueVariable, VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -48,11 +48,11 @@ class UserFunctionVariable(ValueVariable):
     """A user Python function: calls are inlined into the graph being built.
 
     A few standard-library functions are not inlined but modelled
-    (``builtins.PYTHON_FUNCTIONS``), ``inspect.signature`` for one.
+    (``builtins.python_function``), ``inspect.signature`` for one.
     """
 
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
-        handler = builtins.PYTHON_FUNCTIONS.get(self.value)
+        handler = builtins.python_function(self.value)
         if handler is not None:
             return handler(tx, *args, **kwargs)
         return tx.inline_call(self.value, args, kwargs)
@@ -155,6 +155,21 @@ class PartialVariable(VariableTracker):
 
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         return self.func.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """``func``, ``args`` and ``keywords`` (the partial's own dict: a change to it
+        changes later calls, and is replayed on a real partial)."""
+        if name == "func":
+            return self.func
+        if name == "args":
+            return containers.TupleVariable(list(self.args))
+        if name == "keywords":
+            keywords = containers.DictVariable(
+                {}, f"{self.source}.keywords" if self.source else None
+            )
+            keywords.items = self.kwargs
+            return keywords
+        raise Unsupported(f"attribute {name!r} of functools.partial")
 
     def reconstruct(self, codegen: Any) -> str:
         args = [codegen.reconstruct(a) for a in self.args]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
+from torchkiln.capture import bytecode
+from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture.runtime import iterator_at
-from torchkiln.capture.variables import constants, containers
+from torchkiln.capture.variables import constants, containers, functions
 from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -217,19 +219,90 @@ class EnumerateVariable(IteratorVariable):
 
 class GeneratorVariable(IteratorVariable):
     """A generator the frame created: its code runs (in ``translator``) up to the next
-    ``yield`` each time an item is asked for, as Python runs it."""
+    ``yield`` each time an item is asked for, as Python runs it; ``send`` and ``close`` as
+    Python's. ``throw`` raises inside traced code, which is not traced."""
+
+    METHODS = ("send", "close", "throw", "__next__")
 
     def __init__(self, translator: Translator):
         self.translator = translator
+        self.started = False
 
     def python_type(self) -> type:
         return types.GeneratorType
 
     def next(self, tx: Translator) -> VariableTracker | None:
-        return self.translator.resume_generator()
+        return self.send(tx, constants.ConstantVariable(None))
+
+    def send(self, tx: Translator, value: VariableTracker) -> VariableTracker | None:
+        """The next item with ``value`` as the result of the suspended ``yield``; None once the
+        generator returned."""
+        if self.started:
+            return self.translator.resume_generator(value)
+        if not (value.is_constant() and value.as_python_constant() is None):
+            raise Unsupported("send() of a value to a generator not started (TypeError)")
+        self.started = True
+        return self.translator.resume_generator(None)
+
+    def return_value(self) -> VariableTracker | None:
+        """What the generator returned (``yield from``'s value); None while it runs."""
+        return self.translator.return_value
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name not in self.METHODS:
+            raise Unsupported(f"attribute {name!r} of a generator")
+        return functions.BoundMethodVariable(self, name)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name in ("send", "__next__") and not kwargs and len(args) == (name == "send"):
+            item = self.send(tx, args[0] if args else constants.ConstantVariable(None))
+            if item is None:
+                raise Unsupported(f"generator.{name}() on a finished generator (StopIteration)")
+            return item
+        if name == "close" and not args and not kwargs:
+            self.close(tx)
+            return constants.ConstantVariable(None)
+        if name == "throw":
+            raise Unsupported(
+                "generator.throw() raises an exception inside traced code (not traced yet)"
+            )
+        raise Unsupported(f"generator.{name}() with these arguments")
+
+    def close(self, tx: Translator) -> None:
+        """``GeneratorExit`` at the suspended ``yield`` (after closing a ``yield from``'s
+        delegate): the generator ends, unless a handler around the ``yield`` would run code."""
+        t = self.translator
+        if self.started and t.return_value is None:
+            if bc.resumes_yield_from(t.instructions[t.ip]) and isinstance(
+                t.stack[-1], GeneratorVariable
+            ):
+                t.stack[-1].close(tx)
+            if _user_handler(t, t.current.offset) is not None:
+                raise Unsupported(
+                    "close() of a generator suspended inside try: its handler would run "
+                    "(exception handling in traced code is not traced yet)"
+                )
+        self.started = True
+        t.return_value = constants.ConstantVariable(None)
 
     def remaining(self) -> list[VariableTracker]:
         raise Unsupported("a generator left mid-run (its code has not run on the rest)")
 
     def reconstruct(self, codegen: Any) -> str:
         raise Unsupported("cannot rebuild a generator the frame created (its code is mid-run)")
+
+
+def _user_handler(t: Translator, offset: int) -> int | None:
+    """The handler of the user's code an exception at ``offset`` of ``t``'s code reaches, past
+    the compiler's own: a ``yield from``'s ``CLEANUP_THROW`` (which re-raises it) and 3.12's
+    generator-wide ``StopIteration`` to ``RuntimeError`` conversion (which lets others out)."""
+    target = bytecode.handler_at(t.code, offset)
+    while target is not None:
+        inst = t.instructions[t.index_of[target]]
+        if inst.opname == "CLEANUP_THROW":
+            target = bytecode.handler_at(t.code, target)
+        elif inst.opname == "CALL_INTRINSIC_1" and "STOPITERATION" in inst.argrepr:
+            return None
+        else:
+            return target
+    return None

@@ -7,7 +7,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from torchkiln.capture import builtins
-from torchkiln.capture.variables import functions, lookups
+from torchkiln.capture.runtime import make_object
+from torchkiln.capture.variables import constants, containers, functions, lookups
 from torchkiln.capture.variables.base import MISSING, ValueVariable, VariableTracker, class_lookup
 from torchkiln.exc import Unsupported
 
@@ -32,6 +33,11 @@ def _is_torch_module(module: types.ModuleType) -> bool:
     return module.__name__ == "torch" or module.__name__.startswith("torch.")
 
 
+#: ``Py_TPFLAGS_IMMUTABLETYPE``: a C type (``dict``, ``itertools.chain``) whose attributes
+#: cannot be set, so reading one needs no guard (a C classmethod is a new object each read).
+_IMMUTABLE_TYPE = 1 << 8
+
+
 class ClassVariable(ValueVariable):
     """A class: calling builds namedtuples, dataclasses and known torch objects."""
 
@@ -50,10 +56,14 @@ class ClassVariable(ValueVariable):
             )
         except AttributeError as e:
             raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}") from e
+        if value is object.__setattr__:
+            return PlainSetattrVariable()
         if isinstance(value, staticmethod):
             value = value.__func__
         elif isinstance(value, classmethod):
             return functions.UserMethodVariable(value.__func__, self)
+        if self.value.__flags__ & _IMMUTABLE_TYPE:  # no guard: its attributes cannot change
+            return tx.output.wrap(value, None)
         return tx.output.wrap(value, f"{self.source}.{name}" if self.source else None)
 
 
@@ -80,6 +90,10 @@ class UserObjectVariable(ValueVariable):
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
         if name in self.attrs:
             return self.attrs[name]
+        if name == "__dict__" and self.value is None:
+            instance_dict = containers.DictVariable({})
+            instance_dict.items = self.attrs  # the same dict: a write to either shows in both
+            return instance_dict
         class_attr = class_lookup(self.cls, name)
         if isinstance(class_attr, property):
             return tx.output.wrap(class_attr.fget, None).call(tx, [self], {})
@@ -94,7 +108,7 @@ class UserObjectVariable(ValueVariable):
         if lookups.binds_to_real_object(
             class_attr
         ):  # first: the ``Mapping`` mixins are functions too
-            return lookups.method_of_real_object(tx, class_attr, self)
+            return self.native_method(tx, name, class_attr)
         if isinstance(class_attr, types.FunctionType):
             return functions.UserMethodVariable(class_attr, self)
         if isinstance(class_attr, staticmethod):
@@ -127,10 +141,49 @@ class UserObjectVariable(ValueVariable):
             raise Unsupported(f"calling {self.describe()}")
         return tx.inline_call(call, [self, *args], kwargs)
 
+    def native_method(self, tx: Translator, name: str, attr: Any) -> VariableTracker:
+        """``attr``, a C method (or a lookup) of the class, bound to this object."""
+        if attr is object.__setattr__:
+            return PlainSetattrVariable(self)
+        return lookups.method_of_real_object(tx, attr, self)
+
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        """``self.name = value``: through the class's own ``__setattr__`` for an object the
+        frame built (one read from outside keeps its attributes' write-back)."""
+        setattr_fn = class_lookup(self.cls, "__setattr__")
+        if self.value is None and isinstance(setattr_fn, types.FunctionType):
+            tx.inline_call(setattr_fn, [self, constants.ConstantVariable(name), value], {})
+            return
+        self.store_plain(tx, name, value)
+
+    def store_plain(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        """``object.__setattr__(self, name, value)``."""
         if self.value is not None:
             tx.output.side_effects.store_attr(self, name, value)
         self.attrs[name] = value
+
+    def reconstruct(self, codegen: Any) -> str:
+        fields = ", ".join(f"{k!r}: {codegen.reconstruct(v)}" for k, v in self.attrs.items())
+        make = codegen.bind(make_object, "make_object")
+        return f"{make}({codegen.bind(self.cls, 'cls')}, {{{fields}}})"
+
+
+class PlainSetattrVariable(VariableTracker):
+    """``object.__setattr__``, unbound or bound to ``obj``: stores without the class's own
+    ``__setattr__`` (what that one ends in, and how frozen dataclasses set their fields)."""
+
+    def __init__(self, obj: VariableTracker | None = None):
+        self.obj = obj
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        obj, (name, value) = (self.obj, args) if self.obj is not None else (args[0], args[1:])
+        if not isinstance(obj, UserObjectVariable) or kwargs:
+            raise Unsupported(f"object.__setattr__ on {obj.describe()}")
+        if obj.value is not None and class_lookup(obj.cls, "__setattr__") is not object.__setattr__:
+            # written back with ``setattr``, which would run the class's own ``__setattr__``
+            raise Unsupported(f"object.__setattr__ on {obj.describe()} read from outside")
+        obj.store_plain(tx, name.as_python_constant(), value)
+        return constants.ConstantVariable(None)
 
 
 class SuperVariable(VariableTracker):
@@ -145,6 +198,8 @@ class SuperVariable(VariableTracker):
         for klass in mro[mro.index(self.cls) + 1 :]:
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
+                if lookups.binds_to_real_object(attr) and isinstance(self.obj, UserObjectVariable):
+                    return self.obj.native_method(tx, name, attr)
                 if lookups.binds_to_real_object(attr):
                     return lookups.method_of_real_object(tx, attr, self.obj)
                 if isinstance(attr, types.FunctionType):

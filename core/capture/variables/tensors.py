@@ -10,7 +10,7 @@ import torch
 from torchkiln import config
 from torchkiln.capture.guards import COST_TENSOR
 from torchkiln.capture.variables import constants
-from torchkiln.capture.variables.base import VariableTracker
+from torchkiln.capture.variables.base import MISSING, VariableTracker, class_lookup
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -41,6 +41,16 @@ class TensorVariable(VariableTracker):
             return tx.output.wrap(self.cls, None)
         guard_tensor_state(tx, self, name)
         return tx.output.tensor_getattr(self, name)
+
+    def has_attribute(self, tx: Translator, name: str) -> bool:
+        """An attribute of the tensor class (``grad``, ``shape``, methods) is read on the fake
+        tensor, whose metadata the guards fix: no value is needed to know it is there."""
+        if class_lookup(self.cls, name) is MISSING:
+            return super().has_attribute(tx, name)
+        try:
+            return hasattr(self.example, name)
+        except Exception as e:  # ``t.mT`` of a 1-d tensor raises RuntimeError, as eagerly
+            raise Unsupported(f"hasattr(tensor, {name!r}) raised {type(e).__name__}") from e
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         guard_tensor_state(tx, self, name)

@@ -22,6 +22,11 @@ class TorchFunctionVariable(ValueVariable):
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         return torch_functions.call_torch_function(tx, self.value, args, kwargs)
 
+    def as_python_constant(self) -> Any:
+        if not isinstance(self.value, type):
+            return super().as_python_constant()
+        return self.value  # a class held by identity (``str(type(x))``), as ``ClassVariable``
+
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
         return tx.output.wrap(getattr(self.value, name), None)
 
@@ -46,10 +51,10 @@ class GradModeVariable(VariableTracker):
             return constants.ConstantVariable(self.mode)
         return super().var_getattr(tx, name)
 
-    def enter(self, tx: Translator) -> VariableTracker:
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
         prev = self.prev if self.prev is not None else tx.output.grad_enabled
         tx.output.set_grad_enabled(self.mode)
-        return GradModeExitVariable(prev)
+        return GradModeExitVariable(prev), constants.ConstantVariable(None)
 
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         if len(args) == 1 and isinstance(
