@@ -62,7 +62,7 @@ class Link:
                     f"backend {self.name!r}: its capabilities factory returned "
                     f"{type(caps).__name__}; return a torchkiln.plugin.Capabilities"
                 )
-            self._capabilities = caps
+            self._capabilities = caps.configure(self.options) if caps.configure else caps
         return self._capabilities
 
 

@@ -133,12 +133,17 @@ class Capabilities:
     when its overload, or its overload packet, is in ``ops`` (if ``ops`` is given) and
     ``supports(node)`` is ``True`` (if given); a string from ``supports`` is the
     reason it is not, shown in the partition plan (``TORCHKILN_LOGS=partitions``).
+
+    ``configure(options)``, if given, returns the capabilities under the options the
+    backend compiles with (an option that turns ops off, say); the core calls it once
+    per compiled model, before any graph is split.
     """
 
     compile_partition: Callable[..., Callable]
     ops: Collection[Any] = ()
     supports: Callable[[Any], bool | str] | None = None
     decompositions: Callable[[], Mapping[Any, Callable]] | None = None
+    configure: Callable[[Mapping[str, Any]], Capabilities] | None = None
 
     def __post_init__(self) -> None:
         if not self.ops and self.supports is None:

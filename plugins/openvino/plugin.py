@@ -1,22 +1,71 @@
-"""Entry point of the openvino backend plugin.
+"""Entry point of the openvino backend plugin: FX → OpenVINO model → compiled model.
 
-The converter is not built yet: the backend is registered (so that it is
-listed, with its extra, and can be selected) and compiling with it raises
-``NotImplementedYet``, which ``torchkiln.config.suppress_errors`` turns into
-an eager fallback.
+Graphs go through ``torchkiln.aot.aot_autograd``: forward, backward and inference aten
+graphs are each converted by OpenVINO's PyTorch frontend and compiled with
+``compile_model``. The backend declares its capabilities (the ops the frontend
+converts): the core partitions each graph, and what OpenVINO can't convert (backward
+convolutions, pooling backward, ...) runs with the next backend of the chain
+(``backend=["openvino", "inductor"]``; eager when openvino is named alone).
 """
 
 from __future__ import annotations
 
-from torchkiln.exc import NotImplementedYet
-from torchkiln.plugin import Backend, Requirement, hookimpl
+from collections.abc import Callable
+
+from torchkiln.plugin import Backend, Capabilities, Option, Requirement, hookimpl
+
+OPTIONS = (
+    Option(
+        "device",
+        "CPU",
+        "the OpenVINO device to compile for: 'CPU', 'GPU' (an Intel GPU) or 'AUTO'",
+        type=str,
+        choices=("CPU", "GPU", "AUTO"),
+    ),
+    Option(
+        "precision",
+        "f32",
+        "OpenVINO's inference precision: 'f32' matches eager; 'bf16' and 'f16' are faster "
+        "where the CPU has them, at their precision",
+        type=str,
+        choices=("f32", "bf16", "f16"),
+    ),
+    Option(
+        "num_threads",
+        None,
+        "threads OpenVINO runs a graph on; default: torch.get_num_threads()",
+        type=(int, type(None)),
+        minimum=1,
+    ),
+    Option(
+        "disabled_ops",
+        (),
+        "aten ops never run by OpenVINO (e.g. ['aten.gelu.default', 'aten.softmax']): "
+        "the next backend of the chain runs them",
+        type=(tuple, list),
+    ),
+)
 
 
-def compile_graph(gm, example_inputs, **options):
-    raise NotImplementedYet(
-        "the openvino backend's converter is not implemented yet; "
-        "use backend='inductor' or backend='aot_eager' meanwhile"
-    )
+def compile_graph(gm, example_inputs, **options) -> Callable:
+    """The openvino backend on whole graphs: every op must convert."""
+    import functools
+
+    from torchkiln.aot import aot_autograd
+    from torchkiln_openvino.compiler import compile_aten_graph, decompositions
+
+    compiler = functools.partial(compile_aten_graph, **options)
+    return aot_autograd(
+        fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions()
+    )(gm, example_inputs)
+
+
+def capabilities() -> Capabilities:
+    """The ops OpenVINO's frontend converts (called on the first compile: imports openvino)."""
+    from torchkiln_openvino import ops
+    from torchkiln_openvino.compiler import compile_aten_graph, decompositions
+
+    return ops.capabilities(compile_aten_graph, decompositions)
 
 
 @hookimpl
@@ -25,7 +74,9 @@ def torchkiln_backends() -> list[Backend]:
         Backend(
             name="openvino",
             compile_fn=compile_graph,
-            description="compiles the graph with OpenVINO (FX -> OpenVINO model -> compiled model) [not implemented yet]",
+            description="compiles the graph with OpenVINO (FX -> OpenVINO model -> compiled model)",
             requires=(Requirement("openvino", extra="openvino"),),
+            options=OPTIONS,
+            capabilities=capabilities,
         )
     ]

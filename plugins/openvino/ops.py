@@ -1,0 +1,144 @@
+"""Which aten nodes the openvino backend runs: its capabilities.
+
+The ops are the ones OpenVINO's PyTorch frontend declares it converts from FX graphs
+(``openvino.frontend.pytorch.torchdynamo.op_support``: a table, importing it loads
+neither ``torch._dynamo`` nor ``openvino.torch``). On top of the table:
+
+* a multi-output op outside :data:`ALL_OUTPUTS` runs in OpenVINO only when the graph
+  reads its output 0 alone: the frontend converts ``native_layer_norm``, the batch
+  norms and the fused attention to their output 0 only, so a training graph that saves
+  their other outputs for the backward runs them with the next backend;
+* random ops run in torch, so that a seed gives eager's numbers (the frontend's
+  ``native_dropout`` is wrong in training, too);
+* OpenVINO reads host memory: nodes on another device are not taken;
+* ``disabled_ops`` (a backend option) takes ops out.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_leaves
+
+from torchkiln.exc import InvalidOptionError
+from torchkiln.plugin import Capabilities
+
+#: The element types OpenVINO tensors share with torch (complex and float8 are not run).
+DTYPES = frozenset(
+    {
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    }
+)
+
+
+aten = torch.ops.aten
+
+#: Multi-output ops whose every output the frontend converts as torch computes it. It
+#: converts only output 0 of the others (layer and batch norms, fused attention, ...),
+#: and its max-pooling, max/min, topk and sort break ties between equal values otherwise
+#: than torch: their indices would send gradients elsewhere than eager does.
+ALL_OUTPUTS = frozenset({aten.var_mean.correction})
+
+
+@functools.cache
+def frontend_ops() -> frozenset:
+    """The aten overloads (and packets) the OpenVINO PyTorch frontend converts from FX."""
+    from openvino.frontend.pytorch.torchdynamo.op_support import OperatorSupport
+
+    return frozenset(
+        op for op in map(resolve, OperatorSupport(None)._support_dict) if op is not None
+    )
+
+
+def resolve(name: str) -> Any:
+    """``"torch.ops.aten.add.Tensor"`` or ``"aten.add.Tensor"`` → the op, ``None`` if unknown."""
+    parts = name.removeprefix("torch.ops.").split(".")
+    if parts[0] != "aten" or len(parts) not in (2, 3):
+        return None
+    packet = getattr(torch.ops.aten, parts[1], None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return None
+    return packet if len(parts) == 2 else getattr(packet, parts[2], None)
+
+
+def disabled(names: Iterable[str]) -> frozenset:
+    """The ops ``disabled_ops`` names, each checked."""
+    ops = set()
+    for name in names:
+        op = resolve(name) if isinstance(name, str) else None
+        if op is None:
+            raise InvalidOptionError(
+                f"option 'disabled_ops' of backend 'openvino': {name!r} is not an aten op; "
+                "name overloads such as 'aten.gelu.default', or packets such as 'aten.gelu'"
+            )
+        ops.add(op)
+    return frozenset(ops)
+
+
+def is_disabled(node: fx.Node, off: frozenset) -> bool:
+    """Whether ``node``'s overload or its packet is among the ops ``off``."""
+    return node.target in off or getattr(node.target, "overloadpacket", None) in off
+
+
+def supports(node: fx.Node) -> bool | str:
+    """Whether OpenVINO runs ``node`` (its op being in the table), else why not."""
+    values = [v for v in tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
+    devices = {v.device.type for v in values} - {"cpu"}
+    if devices:
+        return f"tensors on {', '.join(sorted(devices))}: OpenVINO runs on host memory"
+    dtypes = {v.dtype for v in values} - DTYPES
+    if dtypes:
+        return f"{', '.join(sorted(map(str, dtypes)))} tensors"
+    if _draws_random_numbers(node):
+        return "a random op: torch draws its numbers, so that a seed gives eager's"
+    if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:
+        used = {user.args[1] for user in node.users if user.target is operator.getitem}
+        if used - {0} or len(used) != len(node.users):
+            return "the graph reads outputs besides output 0, which OpenVINO does not convert"
+    return True
+
+
+def _draws_random_numbers(node: fx.Node) -> bool:
+    """A random op; fused attention only with a dropout probability."""
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    for k, arg in enumerate(node.target._schema.arguments):
+        if arg.name == "dropout_p":
+            p = node.kwargs.get("dropout_p", node.args[k] if k < len(node.args) else 0.0)
+            return p != 0.0
+    return True
+
+
+def capabilities(compile_partition, decompositions) -> Capabilities:
+    """The backend's capabilities; ``configure`` applies the ``disabled_ops`` option."""
+
+    def configure(options: Mapping[str, Any]) -> Capabilities:
+        off = disabled(options.get("disabled_ops", ()))
+        if not off:
+            return base
+
+        def supports_unless_disabled(node: fx.Node) -> bool | str:
+            if is_disabled(node, off):
+                return "named in its option disabled_ops"
+            return supports(node)
+
+        return Capabilities(
+            compile_partition, frontend_ops(), supports_unless_disabled, decompositions
+        )
+
+    base = Capabilities(compile_partition, frontend_ops(), supports, decompositions, configure)
+    return base
