@@ -153,7 +153,12 @@ def generate(
         tracer.write("ir_before_fusion.txt", graph.describe())
         unfused = Scheduler(graph, output_names, fuse=False).run()
         tracer.write("schedule_before_fusion.txt", _describe_schedule(unfused, caps))
-    schedule = Scheduler(graph, output_names, epilogue_fusion=options.epilogue_fusion).run()
+    schedule = Scheduler(
+        graph,
+        output_names,
+        epilogue_fusion=options.epilogue_fusion,
+        independent_fusion=caps.independent_fusion,
+    ).run()
     plans = _plans(schedule, caps)
     if tracer:
         tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule, caps, plans))

@@ -42,6 +42,12 @@ class DeviceCaps:
     split_chunks: int
     # largest per-thread array a kernel keeps for values re-read within one outer iteration
     max_local_bytes: int
+    # kernels that share no buffer fuse when their loops match (saves loop overhead on a CPU;
+    # on a GPU it serializes them: a program then runs both kernels' work)
+    independent_fusion: bool = True
+    # a reduction into few outputs (a bias gradient: 768 sums over 8192 rows) runs as
+    # parallel partial reductions over chunks of its rows, then reduces the chunks
+    split_partial_reductions: bool = False
     random: bool = True  # emits rand/randn (else random ops run as aten calls)
     scatter: bool = True  # emits scatters (index_put, scatter_add...; else aten calls)
     # storage dtypes an accumulating scatter adds into (None: all of ``dtypes``)
@@ -109,6 +115,8 @@ TRITON = DeviceCaps(
     split_reduction_min=1 << 16,
     # a GPU needs many programs in flight: each chunk is one (132 SMs on an H100)
     split_chunks=1024,
+    independent_fusion=False,
+    split_partial_reductions=True,
     # a value re-read by a later loop of a kernel stays in registers where both loops are
     # persistent (whole rows in one block, 8 bytes per element as plan_kernel counts them;
     # the scheduler fuses only reads at the index a value is stored at, the lane that

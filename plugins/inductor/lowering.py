@@ -641,36 +641,61 @@ def make_reduction(
             return v
         return ops.to_dtype(v, acc)
 
-    total = math.prod(rranges)
-    if math.prod(ranges) == 1 and total >= g.caps.split_reduction_min and rtype in _SPLITTABLE:
-        return _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc)
+    chunks = (
+        _split_chunks(g.caps, math.prod(ranges), math.prod(rranges)) if rtype in _SPLITTABLE else 1
+    )
+    if chunks > 1:
+        return _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc, chunks)
     return g.reduction(x.device, ranges, rranges, body, rtype, dtype, x.dtype, output_index)
 
 
 #: a reduction of everything, when large, runs in parallel chunks, then reduces the chunks
 _SPLITTABLE = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf"), "any": 0, "all": 1}
+#: a reduction into fewer outputs than this, over at least SPLIT_LONG elements each, splits
+#: where the device asks for it (``split_partial_reductions``), into chunks of SPLIT_ROWS or more
+SPLIT_FEW_OUTPUTS, SPLIT_LONG, SPLIT_ROWS = 8192, 4096, 128
 
 
-def _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc) -> StorageView:
+def _split_chunks(caps, outputs: int, reduced: int) -> int:
+    """Into how many parallel parts a reduction of ``reduced`` elements into each of
+    ``outputs`` values splits (1: it does not). A reduction of everything always splits when
+    large; one into few outputs when the device has many cores to keep busy (a GPU): then
+    ``chunks x outputs`` partial results are about 64K."""
+    if outputs == 1:
+        return caps.split_chunks if reduced >= caps.split_reduction_min else 1
+    if (
+        caps.split_partial_reductions
+        and outputs < SPLIT_FEW_OUTPUTS
+        and reduced >= SPLIT_LONG
+        and outputs * reduced >= caps.split_reduction_min
+    ):
+        return min(reduced // SPLIT_ROWS, max(2, 65536 // outputs))
+    return 1
+
+
+def _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc, chunks) -> StorageView:
+    """``chunks`` partial reductions over consecutive parts of the reduced elements (a buffer
+    of ``(chunks, *ranges)``), then the reduction of those."""
     total = math.prod(rranges)
-    chunks = g.caps.split_chunks
     chunk = -(-total // chunks)
-    masked = total % chunks != 0
+    chunks = -(-total // chunk)  # no empty chunk
+    masked = chunks * chunk != total
     init = _SPLITTABLE[rtype]
     if rtype in ("max", "min") and not acc.is_floating_point:
         init = torch.iinfo(acc).min if rtype == "max" else torch.iinfo(acc).max
-    index = [Expr()] * len(ranges)
 
     def partial(outer, inner):
-        flat = outer[0] * chunk + inner[0]
+        index, flat = list(outer[1:]), outer[0] * chunk + inner[0]
         if not masked:
             return body(index, unflatten(flat, rranges))
         inside = ops.lt(ops.index_expr(flat, torch.int64), ops.constant(total, torch.int64))
         return ops.masked(inside, lambda: body(index, unflatten(flat, rranges)), init)
 
-    parts = g.reduction(x.device, (chunks,), (chunk,), partial, rtype, acc, x.dtype)
+    parts = g.reduction(x.device, (chunks, *ranges), (chunk,), partial, rtype, acc, x.dtype)
     load_parts = parts.loader()
-    return g.reduction(x.device, ranges, (chunks,), lambda i, r: load_parts(r), rtype, dtype, acc)
+    return g.reduction(
+        x.device, ranges, (chunks,), lambda i, r: load_parts([r[0], *i]), rtype, dtype, acc
+    )
 
 
 def _reduce_lowering(rtype: str):

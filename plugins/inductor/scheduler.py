@@ -14,6 +14,11 @@ kernels may fuse when
   depend on each other and results never change),
 * fusing does not create a cycle through a third kernel.
 
+Kernels that share nothing fuse too when they run over the same loops (one
+pass of loop overhead on a CPU), unless ``independent_fusion`` is off (on a
+GPU their programs would run one after the other in one kernel instead of
+side by side).
+
 Candidates are ranked by the bytes of memory traffic they save (buffers
 written by one and read by the other, or read by both) and fused greedily,
 best first, until nothing changes. Accesses are read off each node's
@@ -262,6 +267,7 @@ class Scheduler:
         output_names: set[str],
         fuse: bool = True,
         epilogue_fusion: bool = True,
+        independent_fusion: bool = True,
         max_rounds: int = 10,
     ):
         self.graph = graph
@@ -277,6 +283,7 @@ class Scheduler:
         self._ancestry = _Ancestry(self._deps, self._program_order())
         self.fuse = fuse
         self.epilogue_fusion = epilogue_fusion
+        self.independent_fusion = independent_fusion
         self.max_rounds = max_rounds
         self.log: list[str] = []
 
@@ -374,6 +381,9 @@ class Scheduler:
                                 (score, -abs(kernels[a].order - kernels[b].order), a, b)
                             )
         # independent kernels over the same loops: fusing saves a pass of loop overhead
+        if not self.independent_fusion:
+            candidates.sort(reverse=True)
+            return [(a, b) for _, _, a, b in candidates]
         by_outer: dict[tuple[int, ...], list[int]] = {}
         for i, k in enumerate(kernels):
             by_outer.setdefault(k.outer, []).append(i)

@@ -10,7 +10,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels r
 import pytest
 import torch
 import torch.nn.functional as F
-from inductor_testing import check, compile_fn
+from inductor_testing import check, compile_fn, kernel_count
 
 import torchkiln
 from torchkiln_inductor.codegen.triton import (
@@ -107,6 +107,26 @@ def test_sum_down_columns_takes_wide_short_tiles():
     compiled = triton_check(lambda x: x.sum(0), torch.randn(300, 96))
     (launch,) = compiled.artifact.triton.launches
     assert dict(launch.meta) == {"XBLOCK": 64, "RBLOCK0": 64}
+
+
+def test_sum_into_few_outputs_splits_into_parallel_chunks():
+    """96 sums over 5000 rows would be 2 programs of 64 columns: the rows split into chunks
+    of 128, each a program, then the chunks' sums are added."""
+    compiled = triton_check(lambda x: x.sum(0), torch.randn(5000, 96) + 1, rtol=1e-4, atol=1e-3)
+    assert len(compiled.artifact.triton.launches) == 2
+    assert "(39, 96)" in compiled.artifact.wrapper_source
+
+
+def test_independent_reductions_stay_separate_kernels():
+    """On a GPU, fusing two kernels that share nothing would run both in each program, one
+    after the other: they stay separate (the C++ generator fuses them: one loop pass)."""
+
+    def fn(a, b):
+        return a.sum(1), b.sum(1)
+
+    compiled = triton_check(fn, torch.randn(8, 40), torch.randn(8, 40))
+    assert len(compiled.artifact.triton.launches) == 2
+    assert kernel_count(check(fn, torch.randn(8, 40), torch.randn(8, 40))) == 1
 
 
 def test_sum_along_rows_takes_whole_rows():
