@@ -181,6 +181,10 @@ class Backend:
     ``capabilities`` (a :class:`Capabilities`, or a function returning one, so that
     the entry-point module imports nothing heavy) says the backend runs only some
     ops: the core partitions graphs for it. ``None``: it runs every graph whole.
+
+    ``dtypes`` names the floating-point dtypes besides float32 that the backend runs
+    (e.g. ``("bfloat16", "float16")``): the conformance kit (``torchkiln.testing``)
+    checks them too.
     """
 
     name: str
@@ -192,6 +196,7 @@ class Backend:
     options: tuple[Option, ...] | None = None
     modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     capabilities: Capabilities | Callable[[], Capabilities] | None = None
+    dtypes: tuple[str, ...] = ()
 
     def option_schema(self) -> dict[str, Option]:
         return {opt.name: opt for opt in self.options or ()}

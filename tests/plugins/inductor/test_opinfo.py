@@ -1,6 +1,6 @@
 """Every lowering against eager on OpInfo sample inputs (float32, bfloat16, int64).
 
-The CI sweep covers the ops of ``opinfo_sweep.CI_OPS`` (two float32 samples,
+The CI sweep covers the ops of ``torchkiln.testing.opinfo.SWEEP_OPS`` (two float32 samples,
 one bfloat16 and one int64 sample each, where the op supports the dtype) in
 one compiler run; ``TORCHKILN_FULL_OPINFO=1`` sweeps all of ``op_db``.
 """
@@ -12,14 +12,16 @@ import torch
 
 pytest.importorskip("expecttest", reason="OpInfo needs expecttest (pip install 'torchkiln[test]')")
 
-from opinfo_sweep import CI_OPS, sweep
+from opinfo_sweep import sweep
+
+from torchkiln.testing.opinfo import SWEEP_OPS
 
 FULL = os.environ.get("TORCHKILN_FULL_OPINFO") == "1"
 
 
 @pytest.fixture(scope="module")
 def result():
-    return sweep(None if FULL else CI_OPS)
+    return sweep(None if FULL else SWEEP_OPS)
 
 
 def test_no_op_differs_from_eager(result):
