@@ -234,11 +234,21 @@ def _device(gm: GraphModule, example_inputs: list[Any]) -> torch.device:
 
 
 def _plans(schedule: Schedule, caps: DeviceCaps) -> dict[str, KernelPlan]:
-    return {
+    """Each kernel's plan; a kernel that writes nothing anyone reads (a buffer lowering made
+    and then did not use) leaves the schedule: a Triton kernel can't be launched without
+    arguments, and a C++ one would compute for nothing."""
+    plans = {
         step.name: plan_kernel(step, schedule.internal, caps)
         for step in schedule.steps
         if isinstance(step, FusedKernel)
     }
+    dead = {
+        name
+        for name, plan in plans.items()
+        if not plan.stored and not any(n.is_scatter for n in plan.kernel.nodes)
+    }
+    schedule.steps = [s for s in schedule.steps if getattr(s, "name", None) not in dead]
+    return {name: plan for name, plan in plans.items() if name not in dead}
 
 
 def _describe_schedule(

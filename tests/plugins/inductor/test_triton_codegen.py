@@ -129,6 +129,21 @@ def test_independent_reductions_stay_separate_kernels():
     assert kernel_count(check(fn, torch.randn(8, 40), torch.randn(8, 40))) == 1
 
 
+def test_buffer_lowering_made_and_left_unread_gets_no_kernel():
+    """Functionalized ``z.as_strided(...).copy_(y)`` realizes the zeros for a view that
+    ``copy`` never reads: that kernel writes nothing anyone reads (ConvNeXt's backward has
+    one), and a Triton kernel without arguments can't be launched on a GPU."""
+
+    def fn(x):  # as the AOT layer functionalizes it
+        aten, prims = torch.ops.aten, torch.ops.prims
+        zeros = aten.new_zeros(x, [256])
+        copied = aten.copy(aten.as_strided(zeros, (2, 128), (128, 1)), x * 2)
+        return prims.as_strided_scatter(zeros, copied, (2, 128), (128, 1), 0) + 1
+
+    compiled = triton_check(fn, torch.randn(2, 128))
+    assert all(launch.params for launch in compiled.artifact.triton.launches)
+
+
 def test_sum_along_rows_takes_whole_rows():
     compiled = triton_check(lambda x: x.sum(1), torch.randn(96, 300))
     (launch,) = compiled.artifact.triton.launches
