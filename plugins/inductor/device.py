@@ -45,6 +45,9 @@ class DeviceCaps:
     # kernels that share no buffer fuse when their loops match (saves loop overhead on a CPU;
     # on a GPU it serializes them: a program then runs both kernels' work)
     independent_fusion: bool = True
+    # a pointwise value a matmul reads is stored in the order it reads its own input (a
+    # transpose then costs neither side a strided access: the matmul takes any strides)
+    store_in_read_order: bool = False
     # a reduction into few outputs (a bias gradient: 768 sums over 8192 rows) runs as
     # parallel partial reductions over chunks of its rows, then reduces the chunks
     split_partial_reductions: bool = False
@@ -111,11 +114,14 @@ TRITON = DeviceCaps(
     ),
     ops=MATH_OPS,  # core ``tl`` and libdevice (codegen/triton_libdevice.py)
     extern_ops=_LIBRARY_OPS,
-    channels_last_conv=False,
+    # cuDNN's fast bf16/fp16 kernels are NHWC: an NCHW graph pays a transpose kernel on each
+    # side of every convolution (ConvNet training: a quarter of its GPU time)
+    channels_last_conv=True,
     split_reduction_min=1 << 16,
     # a GPU needs many programs in flight: each chunk is one (132 SMs on an H100)
     split_chunks=1024,
     independent_fusion=False,
+    store_in_read_order=True,
     split_partial_reductions=True,
     # a value re-read by a later loop of a kernel stays in registers where both loops are
     # persistent (whole rows in one block, 8 bytes per element as plan_kernel counts them;

@@ -24,6 +24,7 @@ from torch.fx import GraphModule, Interpreter, Node
 from torchkiln.exc import NotImplementedYet
 
 from .device import DeviceCaps, device_caps
+from .indexing import Expr, Var, make_vars
 from .ir import (
     ComputedBuffer,
     ConstantBuffer,
@@ -38,7 +39,7 @@ from .ir import (
     StorageView,
     TensorValue,
 )
-from .loop_body import Value
+from .loop_body import Value, record, store
 from .lowering import LOWERINGS, RANDOM_OPS, Unlowerable
 
 #: 2-D convolutions run on channels-last tensors where the device prefers it
@@ -47,6 +48,12 @@ CONVOLUTION = torch.ops.aten.convolution.default
 CONVOLUTION_BACKWARD = torch.ops.aten.convolution_backward.default
 
 _aten = torch.ops.aten
+#: aten calls that take their tensor arguments in any strides at no cost (cuBLAS reads a
+#: transposed matrix as it is): a pointwise argument is stored in the order it reads
+#: (:attr:`.device.DeviceCaps.store_in_read_order`)
+ANY_STRIDES = frozenset(
+    {_aten.mm.default, _aten.bmm.default, _aten.addmm.default, _aten.baddbmm.default}
+)
 #: aten calls that must get their tensor arguments in the strides tracing saw: the CUDA
 #: attention kernels check the alignment of the bias's strides, which eager's composite
 #: ``scaled_dot_product_attention`` pads for them (a padded tensor, then a slice of it)
@@ -325,7 +332,8 @@ class GraphLowering(Interpreter):
         if reason != "extern kernel":
             self.ir.fallbacks.setdefault(op_name, reason)
         mutates = bool(getattr(getattr(target, "_schema", None), "is_mutable", False))
-        ext_args = [self._extern_arg(a) for a in args]
+        any_strides = self.caps.store_in_read_order and target in ANY_STRIDES
+        ext_args = [self._extern_arg(a, any_strides) for a in args]
         ext_kwargs = {k: self._extern_arg(v) for k, v in kwargs.items()}
         name = self.new_name()
         if isinstance(meta, torch.Tensor):
@@ -361,7 +369,9 @@ class GraphLowering(Interpreter):
             "cannot use run-time scalars yet"
         )
 
-    def _extern_arg(self, value: Any) -> ExternArg:
+    def _extern_arg(self, value: Any, any_strides: bool = False) -> ExternArg:
+        if isinstance(value, PointwiseValue) and any_strides:
+            return ExternArg("tensor", self.realize(value, _read_order_layout(value)))
         if isinstance(value, TensorValue):
             return ExternArg("tensor", self.realize(value))
         if isinstance(value, (list, tuple)) and any(isinstance(v, TensorValue) for v in value):
@@ -369,6 +379,26 @@ class GraphLowering(Interpreter):
                 "list", [self.realize(v) if isinstance(v, TensorValue) else v for v in value]
             )
         return ExternArg("const", value)
+
+
+def _read_order_layout(value: PointwiseValue) -> Layout | None:
+    """The layout that stores ``value`` in the memory order of its first read of all its
+    dimensions (a transposed product stored transposed), so that the kernel making it reads
+    and writes in the same order; None (contiguous) where no read gives one."""
+    index = make_vars("d", value.size)
+    body = record(lambda: store("value", Expr(), value.loader()(index)))
+    dims = [e.single_atom() for e in index]  # None for a size-1 dimension
+    for _, read in body.loads():
+        if any(not isinstance(atom, Var) for atom, _ in read.terms):
+            continue
+        coefficients = [read.coefficient(d) if d is not None else 0 for d in dims]
+        if any(c <= 0 for c, d in zip(coefficients, dims) if d is not None):
+            continue
+        strides, step = [0] * len(dims), 1
+        for d in sorted(range(len(dims)), key=lambda d: coefficients[d]):
+            strides[d], step = step, step * value.size[d]
+        return Layout(value.size, tuple(strides), value.dtype, value.device)
+    return None
 
 
 def channels_last_layout(size, dtype: torch.dtype, device: torch.device) -> Layout:

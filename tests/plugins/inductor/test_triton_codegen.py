@@ -150,6 +150,31 @@ def test_sum_along_rows_takes_whole_rows():
     assert dict(launch.meta) == {"XBLOCK": 8, "RBLOCK0": 512}
 
 
+def test_convolutions_run_channels_last_as_cudnn_prefers():
+    x, w1, w2 = torch.randn(2, 3, 9, 9), torch.randn(8, 3, 3, 3), torch.randn(8, 8, 1, 1)
+
+    def fn(x, w1, w2):
+        y = torch.ops.aten.convolution(x, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        z = torch.ops.aten.convolution(y.relu(), w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        return y, z + 1
+
+    compiled = triton_check(fn, x, w1, w2, rtol=1e-5, atol=1e-5)
+    assert "(648, 1, 72, 8)" in compiled.artifact.output_code()  # y, channels-last inside
+    assert all(out.is_contiguous() for out in compiled(x, w1, w2))
+
+
+def test_transposed_product_for_a_matmul_is_stored_in_read_order():
+    """``(x * g).t() @ w``: the product is stored transposed (the matmul takes any strides),
+    so its kernel reads and writes in the same order instead of reading across rows."""
+    compiled = triton_check(
+        lambda x, g, w: (x * g).t() @ w,
+        *(torch.randn(64, 48), torch.randn(64, 48), torch.randn(64, 16)),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    assert "_empty((48, 64), (1, 48)" in compiled.artifact.wrapper_source
+
+
 def _chain(x, w, b):
     return torch.softmax(F.layer_norm(F.gelu(x * w + b), x.shape[-1:]), -1)
 
