@@ -3,6 +3,7 @@
 Shapes are tiny: the interpreter runs every program of the grid in numpy.
 """
 
+import copy
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
@@ -173,6 +174,28 @@ def test_transposed_product_for_a_matmul_is_stored_in_read_order():
         atol=1e-4,
     )
     assert "_empty((48, 64), (1, 48)" in compiled.artifact.wrapper_source
+
+
+def test_cnn_training_step_matches_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 1, stride=2),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    )
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 3, 12, 12)
+    compiled = torchkiln.compile(model, backend="inductor", options=TRITON)(x)
+    expected = twin(x)
+    torch.testing.assert_close(compiled, expected, rtol=1e-4, atol=1e-4)
+    compiled.square().mean().backward()
+    expected.square().mean().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
 
 
 def _chain(x, w, b):
