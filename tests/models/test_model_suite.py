@@ -69,10 +69,16 @@ def exact_float32_convolutions():
     """cuDNN convolutions run in TF32 by default: two algorithms (eager's, and the one a
     compiled channels-last graph gets) then differ by ~1e-3, far above float32 rounding.
     The comparison is made in true float32 (on the H100 every timm model passes so)."""
-    before = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = before
+    cudnn = torch.backends.cudnn
+    # the context manager, not an assignment: importing torch's OpInfo database (the
+    # conformance kit does) forbids setting the global flags directly
+    with cudnn.flags(
+        enabled=cudnn.enabled,
+        benchmark=cudnn.benchmark,
+        deterministic=cudnn.deterministic,
+        allow_tf32=False,
+    ):
+        yield
 
 
 def build(name: str) -> Built:
