@@ -10,6 +10,7 @@ Capture is the core, backends are plugins::
 from torchkiln import config, exc
 from torchkiln.api import CompiledModule, compile
 from torchkiln.capture import explain, reset
+from torchkiln.capture.dynamic import mark_dynamic, mark_static, maybe_mark_dynamic
 from torchkiln.plugin import Backend, Option, Requirement
 from torchkiln.registry import list_backends, register_backend
 from torchkiln.stats import counters
@@ -25,6 +26,9 @@ __all__ = [
     "exc",
     "explain",
     "list_backends",
+    "mark_dynamic",
+    "mark_static",
+    "maybe_mark_dynamic",
     "register_backend",
     "reset",
 ]

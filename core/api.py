@@ -31,6 +31,7 @@ from torchkiln.registry import (
     runtime_wrappers_for_mode,
 )
 from torchkiln.runtime_wrappers import AppliedWrappers, compile_wrapped
+from torchkiln.static_shapes import PerSizeCompiled, has_symbolic_inputs
 
 log = logging.getLogger("torchkiln")
 
@@ -46,6 +47,9 @@ class GraphCompiler:
     ``runtime_wrappers`` name the wrappers (CUDA graphs, say) applied around
     every graph the backend compiles; their state is shared by those graphs
     (and by other compile calls with equal settings, which share captures too).
+
+    ``static_shapes``: the backend takes no symbolic sizes (``Backend.dynamic_shapes``);
+    a graph with symbolic inputs is compiled once per concrete size (``static_shapes``).
     """
 
     name: str
@@ -53,6 +57,7 @@ class GraphCompiler:
     options: dict[str, Any] = field(default_factory=dict)
     runtime_wrappers: tuple[str, ...] = ()
     applied: AppliedWrappers | None = field(default=None, compare=False, repr=False)
+    static_shapes: bool = False
 
     def __post_init__(self) -> None:
         if self.runtime_wrappers and self.applied is None:
@@ -61,6 +66,11 @@ class GraphCompiler:
             )
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        if self.static_shapes and has_symbolic_inputs(gm):
+            return PerSizeCompiled(gm, self._compile, example_inputs)
+        return self._compile(gm, example_inputs)
+
+    def _compile(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         try:
             return compile_wrapped(
                 self.applied,
@@ -141,8 +151,10 @@ def compile(
 
     Args:
         fullgraph: raise ``Unsupported`` instead of breaking the graph.
-        dynamic: ``True`` traces sizes symbolically, ``False`` specializes on
-            every size, ``None`` lets torchkiln decide.
+        dynamic: ``True`` traces every input size symbolically from the first call,
+            ``False`` specializes on every size, ``None`` (automatic dynamic) starts
+            static and makes a dimension symbolic once its size changed. Marks
+            (``torchkiln.mark_dynamic``/``maybe_mark_dynamic``/``mark_static``) win.
         backend: a registered backend name (see ``list_backends``), a
             callable ``(gm, example_inputs) -> callable``, an object with
             such a ``compile`` method, or a list of names (a chain: each op
@@ -230,7 +242,13 @@ def resolve_backend(
         compile_fn: Callable = record.compile_fn
         if record.capabilities is not None:  # runs some ops: the rest run eagerly
             compile_fn, chosen = BackendChain([Link(record, chosen), Link(_usable("eager"))]), {}
-        return GraphCompiler(record.name, compile_fn, chosen, tuple(dict.fromkeys(wrappers)))
+        return GraphCompiler(
+            record.name,
+            compile_fn,
+            chosen,
+            tuple(dict.fromkeys(wrappers)),
+            static_shapes=not record.dynamic_shapes,
+        )
     compile_fn = backend.compile if callable(getattr(backend, "compile", None)) else backend
     if not callable(compile_fn):
         raise TypeError(
@@ -280,10 +298,13 @@ def _resolve_chain(
         )
         links.append(Link(record, chosen))
         wrappers += more
+    static = not all(r.dynamic_shapes for r in records)
     if len(links) == 1 and record.capabilities is None:
-        return GraphCompiler(record.name, record.compile_fn, chosen, wrappers)
+        return GraphCompiler(record.name, record.compile_fn, chosen, wrappers, static_shapes=static)
     chain = BackendChain(links)
-    return GraphCompiler(chain.name, chain, {}, tuple(dict.fromkeys(wrappers)))
+    return GraphCompiler(
+        chain.name, chain, {}, tuple(dict.fromkeys(wrappers)), static_shapes=static
+    )
 
 
 def _mode_wrappers(mode: str, backend: str, declared: Mapping[str, Any]) -> tuple[str, ...]:

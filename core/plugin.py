@@ -182,6 +182,10 @@ class Backend:
     the entry-point module imports nothing heavy) says the backend runs only some
     ops: the core partitions graphs for it. ``None``: it runs every graph whole.
 
+    ``dynamic_shapes``: whether its compiler takes graphs whose inputs have symbolic sizes
+    (``compile(dynamic=...)``). ``False``: the core hands it one graph specialized to each
+    concrete size instead (``torchkiln.static_shapes``).
+
     ``dtypes`` names the floating-point dtypes besides float32 that the backend runs
     (e.g. ``("bfloat16", "float16")``): the conformance kit (``torchkiln.testing``)
     checks them too.
@@ -197,6 +201,7 @@ class Backend:
     modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     capabilities: Capabilities | Callable[[], Capabilities] | None = None
     dtypes: tuple[str, ...] = ()
+    dynamic_shapes: bool = True
 
     def option_schema(self) -> dict[str, Option]:
         return {opt.name: opt for opt in self.options or ()}

@@ -11,23 +11,26 @@ outputs require grad. Tracing and the runtime both read this record.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchkiln.aot.fake import fresh_copies, functionalized, to_functional
+from torchkiln.aot.sizes import SizeExpr, SizeReader
 from torchkiln.exc import KilnError
 
 
 @dataclass(frozen=True)
 class OutputAlias:
-    """Output ``index`` is a view of input ``base`` with this layout."""
+    """Output ``index`` is a view of input ``base`` with this layout (each part a ``SizeExpr``
+    of the call's arguments where the inputs have symbolic sizes)."""
 
     index: int
     base: int
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    storage_offset: int
+    size: tuple[int, ...] | SizeExpr
+    stride: tuple[int, ...] | SizeExpr
+    storage_offset: int | SizeExpr
     is_base_itself: bool
     #: The graph detached it (its base required grad, the view does not): rebuilt detached.
     #: Otherwise it is rebuilt from the base as it is now, so it requires grad exactly when
@@ -41,11 +44,12 @@ class SharedOutputs:
 
     A backend may return them as separate tensors; the runtime makes them views of one
     buffer of ``numel`` elements again, so that a write through one shows in the others.
-    ``members`` holds ``(output index, size, stride, storage offset)``.
+    ``members`` holds ``(output index, size, stride, storage offset)`` (``SizeExpr`` where
+    symbolic, as ``numel``).
     """
 
-    numel: int
-    members: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]
+    numel: int | SizeExpr
+    members: tuple[tuple[int, Any, Any, Any], ...]
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
     outputs = [result] if output_container is None else list(result)
 
     storage_of_input = {_storage_id(t): i for i, t in tensor_inputs.items()}
+    sizes = SizeReader(fake_inputs)
     aliases, constants, computed = [], {}, []
     for index, out in enumerate(outputs):
         if not isinstance(out, torch.Tensor):
@@ -133,9 +138,9 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
             OutputAlias(
                 index=index,
                 base=base,
-                size=tuple(out.size()),
-                stride=tuple(out.stride()),
-                storage_offset=out.storage_offset(),
+                size=sizes.concrete(tuple(out.size())),
+                stride=sizes.concrete(tuple(out.stride())),
+                storage_offset=sizes.concrete(out.storage_offset()),
                 is_base_itself=out is tensor_inputs[base],
                 detached=required_grad[base] and not out.requires_grad,
             )
@@ -155,11 +160,13 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
             (t.size(), t.dtype, t.device)
             for t in [tensor_inputs[i] for i in mutated] + [outputs[i] for i in computed]
         ),
-        shared_outputs=_shared_outputs(outputs, computed),
+        shared_outputs=_shared_outputs(outputs, computed, sizes),
     )
 
 
-def _shared_outputs(outputs: list, computed: list[int]) -> tuple[SharedOutputs, ...]:
+def _shared_outputs(
+    outputs: list, computed: list[int], sizes: SizeReader
+) -> tuple[SharedOutputs, ...]:
     by_storage: dict[int, list[int]] = {}
     for index in computed:
         by_storage.setdefault(_storage_id(outputs[index]), []).append(index)
@@ -169,9 +176,9 @@ def _shared_outputs(outputs: list, computed: list[int]) -> tuple[SharedOutputs, 
         if len(indices) < 2 or len({t.dtype for t in tensors}) > 1:
             continue  # views of another dtype (``view(dtype)``) are left as they are
         members = tuple(
-            (i, tuple(t.size()), tuple(t.stride()), t.storage_offset())
+            (i, *map(sizes.concrete, (tuple(t.size()), tuple(t.stride()), t.storage_offset())))
             for i, t in zip(indices, tensors)
         )
-        numel = tensors[0].untyped_storage().nbytes() // tensors[0].element_size()
+        numel = sizes.concrete(tensors[0].untyped_storage().nbytes() // tensors[0].element_size())
         groups.append(SharedOutputs(numel, members))
     return tuple(groups)

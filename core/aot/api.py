@@ -34,6 +34,7 @@ from torchkiln.aot.runtime import (
 )
 from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
 from torchkiln.capture.cache import compile_lock
+from torchkiln.static_shapes import has_symbolic_inputs
 
 Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]
 
@@ -111,7 +112,9 @@ class _AOTCompiled:
         return self.wrappers.wrap(plan, "inference")
 
     def _build(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
-        key = self.cache.key(self.gm, list(args), training) if self.cache else None
+        # a symbolic graph's plans are kept in memory only: a stored plan is keyed by sizes
+        cacheable = self.cache is not None and not has_symbolic_inputs(self.gm)
+        key = self.cache.key(self.gm, list(args), training) if cacheable else None
         if key is not None:
             cached = self.cache.load(key)
             if cached is not None:
@@ -125,7 +128,7 @@ class _AOTCompiled:
         return meta, plan
 
     def _trace_and_compile(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
-        mode, fakes = fake_mode_and_inputs(list(args))
+        mode, fakes = fake_mode_and_inputs(list(args), self.gm)
         meta = analyze(self.gm, fakes, mode)
         if training and any(meta.computed_requires_grad):
             joint = trace_joint(self.gm, meta, fakes, mode, self.decompositions)

@@ -10,31 +10,52 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
-from torchkiln.exc import KilnError, NotImplementedYet
+from torchkiln.exc import KilnError
 
 
-def _is_symbolic(value: object) -> bool:
+def is_symbolic(value: object) -> bool:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return True
     return isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in value.shape)
 
 
-def fake_mode_and_inputs(example_inputs: list) -> tuple[FakeTensorMode, list]:
-    """Reuse the fake mode of fake example inputs, or fake the real ones (static shapes)."""
-    if any(_is_symbolic(v) for v in example_inputs):
-        raise NotImplementedYet(
-            "the AOT-autograd layer traces static shapes only; got symbolic sizes "
-            "(compile with dynamic=False)"
-        )
+def fake_mode_and_inputs(
+    example_inputs: list, gm: torch.fx.GraphModule | None = None
+) -> tuple[FakeTensorMode, list]:
+    """The fake inputs to trace with, and their mode: the symbolic fakes capture recorded on
+    ``gm``'s placeholders where it made sizes symbolic, else those of fake example inputs,
+    else static fakes of the real ones."""
+    symbolic = _symbolic_placeholders(gm, example_inputs) if gm is not None else None
+    if symbolic is not None:
+        example_inputs = symbolic
     modes = {id(t.fake_mode): t.fake_mode for t in example_inputs if isinstance(t, FakeTensor)}
     if len(modes) > 1:
         raise KilnError("example inputs come from several FakeTensorModes; pass one mode's tensors")
+    if not modes and any(is_symbolic(v) for v in example_inputs):
+        raise KilnError("symbolic example inputs must be fake tensors of one FakeTensorMode")
     mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [
         mode.from_tensor(t) if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) else t
         for t in example_inputs
     ]
     return mode, fakes
+
+
+def _symbolic_placeholders(gm: torch.fx.GraphModule, example_inputs: list) -> list | None:
+    """The placeholders' recorded fakes (``example_value``), with the call's requires_grad,
+    where one of them has symbolic sizes; None if none has (or they do not match the call)."""
+    fakes = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(fakes) != len(example_inputs) or not any(map(is_symbolic, fakes)):
+        return None
+    matched = []
+    for fake, real in zip(fakes, example_inputs):
+        if not isinstance(fake, FakeTensor) or not isinstance(real, torch.Tensor):
+            return None
+        if fake.requires_grad != real.requires_grad:
+            with fake.fake_mode:
+                fake = fake.detach().requires_grad_(real.requires_grad)
+        matched.append(fake)
+    return matched
 
 
 def fresh_copies(fake_inputs: list, mode: FakeTensorMode) -> list:

@@ -26,6 +26,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta, SharedOutputs
+from torchkiln.aot.fake import is_symbolic
+from torchkiln.aot.sizes import resolve
 from torchkiln.capture.cache import compile_lock
 
 Compiler = Callable[[fx.GraphModule, list], Callable]
@@ -105,6 +107,7 @@ def _with_strides_of(fake: Any, real: Any) -> Any:
     if (
         not isinstance(fake, FakeTensor)
         or not isinstance(real, torch.Tensor)
+        or is_symbolic(fake)  # comparing its sizes with real ones would add shape guards
         or fake.shape != real.shape
         or fake.stride() == real.stride()
         or not _dense(real)
@@ -155,7 +158,9 @@ class CompiledFunction(torch.autograd.Function):
             saved = [s.clone() if any(s is m for m in mutated) else s for s in saved]
         ctx.plan = plan
         ctx.num_args = len(args)
-        ctx.save_for_backward(*saved)
+        # symbolic sizes the backward needs come out as ints: kept beside the tensors
+        ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+        ctx.saved_sizes = [(i, s) for i, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
         if plan.non_differentiable:
             ctx.mark_non_differentiable(*[fw_outs[k] for k in plan.non_differentiable])
         return tuple(fw_outs)
@@ -164,7 +169,9 @@ class CompiledFunction(torch.autograd.Function):
     def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple:
         plan: TrainingPlan = ctx.plan
         tangents = [grad_outputs[k].contiguous() for k in plan.differentiable]
-        saved = ctx.saved_tensors
+        saved = list(ctx.saved_tensors)
+        for i, size in ctx.saved_sizes:
+            saved.insert(i, size)
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
             args = (*saved, *tangents)
@@ -184,14 +191,14 @@ def run_training(plan: TrainingPlan, args: Sequence) -> list:
     return list(CompiledFunction.apply(plan, *args))
 
 
-def _share_storage(outputs: list, group: SharedOutputs) -> None:
+def _share_storage(outputs: list, group: SharedOutputs, args: Sequence) -> None:
     """Make the outputs of ``group`` views of one buffer again (see ``SharedOutputs``)."""
     tensors = [outputs[index] for index, *_ in group.members]
     if len({t.untyped_storage()._cdata for t in tensors}) == 1:
         return  # the backend returned views already
-    base = tensors[0].new_empty(group.numel)
-    for (index, size, stride, offset), value in zip(group.members, tensors):
-        view = base.as_strided(size, stride, offset)
+    base = tensors[0].new_empty(resolve(group.numel, args))
+    for (index, *layout), value in zip(group.members, tensors):
+        view = base.as_strided(*(resolve(v, args) for v in layout))
         view.copy_(value)  # recorded by autograd when ``value`` requires grad
         outputs[index] = view
 
@@ -236,7 +243,7 @@ def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
     for index, value in zip(meta.computed_outputs, fw_outs[num_mutated:]):
         outputs[index] = value
     for group in meta.shared_outputs:
-        _share_storage(outputs, group)
+        _share_storage(outputs, group, args)
     for index, value in meta.constants.items():
         outputs[index] = value
     for alias in meta.aliases:
@@ -246,7 +253,8 @@ def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
             continue
         if alias.detached:
             base = base.detach()
-        outputs[alias.index] = base.as_strided(alias.size, alias.stride, alias.storage_offset)
+        layout = (alias.size, alias.stride, alias.storage_offset)
+        outputs[alias.index] = base.as_strided(*(resolve(v, args) for v in layout))
     if meta.output_container is None:
         return outputs[0]
     if hasattr(meta.output_container, "_fields"):

@@ -72,6 +72,13 @@ def _consts(args: list) -> list:
 
 
 def call_builtin(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
+    if any(isinstance(a, V.SymNodeVariable) for a in [*args, *kwargs.values()]):
+        if fn is int and len(args) == 1 and args[0].python_type() is int:
+            return args[0]
+        if getattr(fn, "__module__", None) not in ("_operator", "operator"):
+            # Python needs the value: the size is specialized (with a guard)
+            args = [_specialized(a) for a in args]
+            kwargs = {k: _specialized(v) for k, v in kwargs.items()}
     handler = _HANDLERS.get(fn)
     if handler is not None:
         return handler(tx, *args, **kwargs)
@@ -101,6 +108,12 @@ _MUTATING_OPERATORS = frozenset(
     for name in dir(operator)
     if name in ("setitem", "delitem") or (name.startswith("i") and name[1:] in dir(operator))
 )
+
+
+def _specialized(vt: V.VariableTracker) -> V.VariableTracker:
+    if isinstance(vt, V.SymNodeVariable):
+        return V.ConstantVariable(vt.as_python_constant())
+    return vt
 
 
 def _consumes_iterable(fn: Any) -> bool:
@@ -169,7 +182,7 @@ def _len(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
     if isinstance(obj, V.TensorVariable):
         if obj.example.dim() == 0:
             raise Unsupported("len() of a 0-d tensor")
-        return V.ConstantVariable(obj.example.shape[0])
+        return tx.output.call_op("call_method", "size", [obj, V.ConstantVariable(0)], {})
     if isinstance(obj, (V.ContainerVariable, V.DictVariable)):
         return V.ConstantVariable(len(obj.items))
     if isinstance(obj, V.SetVariable):
@@ -257,7 +270,7 @@ def _next(
     value = it.next(tx)
     if value is None:
         if default is None:
-            raise Unsupported("next() on an exhausted iterator (StopIteration)")
+            raise V.exceptions.error(StopIteration, reason="next() on an exhausted iterator")
         return default
     return value
 
@@ -553,7 +566,7 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
             raise Unsupported(f"{cls.__name__}() takes no arguments")
         return obj
     if issubclass(cls, BaseException):
-        raise Unsupported(f"raising {cls.__name__}")
+        return V.exceptions.construct(tx, cls, args, kwargs)
     if issubclass(cls, torch.nn.Module):
         raise Unsupported(f"creating a {cls.__name__} module inside the compiled function")
     raise Unsupported(f"constructing a {cls.__qualname__} object")

@@ -108,12 +108,19 @@ def disassemble(code: types.CodeType) -> list[Instr]:
     return instrs
 
 
-@functools.lru_cache(maxsize=1024)
 def handler_at(code: types.CodeType, offset: int) -> int | None:
     """The offset of the handler an exception raised at ``offset`` jumps to, or None."""
-    for start, end, target, _, _ in _parse_exception_table(code.co_exceptiontable):
+    entry = handler_entry(code, offset)
+    return None if entry is None else entry[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def handler_entry(code: types.CodeType, offset: int) -> tuple[int, int, bool] | None:
+    """The exception-table entry covering ``offset``: (handler offset, stack depth, whether
+    ``lasti`` is pushed), or None."""
+    for start, end, target, depth, lasti in _parse_exception_table(code.co_exceptiontable):
         if start <= offset < end:
-            return target
+            return target, depth, lasti
     return None
 
 

@@ -30,6 +30,8 @@ from torchkiln import config, logs
 from torchkiln.capture import persist
 from torchkiln.capture.builder import grad_mode_decorated
 from torchkiln.capture.capture import CacheEntry, capture_frame
+from torchkiln.capture.dynamic import SizeHistory
+from torchkiln.capture.dynamic import policy as dynamic_policy
 from torchkiln.capture.resume import clear_resume_codes
 from torchkiln.capture.signature import (
     MISSING,
@@ -53,26 +55,32 @@ compile_lock = threading.RLock()
 
 
 class CaptureConfig:
-    """The backend and fullgraph flag an entry was captured with (canonical: compared by identity)."""
+    """The backend, fullgraph and dynamic flags an entry was captured with (canonical:
+    compared by identity)."""
 
-    __slots__ = ("compile_graph", "fullgraph")
+    __slots__ = ("compile_graph", "dynamic", "fullgraph")
 
-    def __init__(self, compile_graph: Callable, fullgraph: bool):
+    def __init__(self, compile_graph: Callable, fullgraph: bool, dynamic: bool | None = None):
         self.compile_graph = compile_graph
         self.fullgraph = fullgraph
+        self.dynamic = dynamic
 
 
 _configs: list[CaptureConfig] = []
 
 
-def config_for(compile_graph: Callable, fullgraph: bool) -> CaptureConfig:
+def config_for(
+    compile_graph: Callable, fullgraph: bool, dynamic: bool | None = None
+) -> CaptureConfig:
     with compile_lock:
         for cfg in _configs:
-            if cfg.fullgraph == fullgraph and (
-                cfg.compile_graph is compile_graph or cfg.compile_graph == compile_graph
+            if (
+                cfg.fullgraph == fullgraph
+                and cfg.dynamic is dynamic
+                and (cfg.compile_graph is compile_graph or cfg.compile_graph == compile_graph)
             ):
                 return cfg
-        cfg = CaptureConfig(compile_graph, fullgraph)
+        cfg = CaptureConfig(compile_graph, fullgraph, dynamic)
         _configs.append(cfg)
         return cfg
 
@@ -84,6 +92,8 @@ class FrameCache:
         self.code = code
         self.by_config: dict[CaptureConfig, list[tuple[Callable, Callable]]] = {}
         self.details: dict[CaptureConfig, list[CacheEntry]] = {}
+        #: The input sizes earlier captures saw, per configuration (automatic dynamic).
+        self.sizes: dict[CaptureConfig, SizeHistory] = {}
         self.limit_logged = False
         ns: dict = {}
         exec(call_original_source(code, "___call_original"), ns)
@@ -123,6 +133,7 @@ class FrameCache:
             entries.clear()
         for details in self.details.values():
             details.clear()
+        self.sizes.clear()
         self.limit_logged = False
 
 
@@ -196,17 +207,25 @@ def _run_for_miss(
                 "%s; running it eagerly for new inputs", _limit_message(cache, previous, fn, args)
             )
         return cache.call_original
+    reasons = None
     if previous:
         counters["recompiles"]["total"] += 1
         if logs.enabled("recompiles"):
             reasons = "; ".join(_failed_guard(e, fn, args) for e in previous)
-            logs.artifact("recompiles", "recompiling %s: %s", where(cache.code), reasons)
     counters["frames"]["total"] += 1
-    entry = persist.load(fn, cfg, args) if config.persist_captures else None
-    if entry is None:
-        entry = capture_frame(fn, args, cfg)
-        if config.persist_captures:
-            persist.store(fn, cfg, entry)
+    history = cache.sizes.setdefault(cfg, SizeHistory())
+    try:
+        entry = persist.load(fn, cfg, args) if config.persist_captures else None
+        if entry is None:
+            with dynamic_policy(cfg.dynamic, history):
+                entry = capture_frame(fn, args, cfg)
+            if config.persist_captures:
+                persist.store(fn, cfg, entry)
+    finally:
+        if reasons is not None:  # the capture decided which sizes to make dynamic
+            dynamic = "".join(f"; {c}: compiled as dynamic" for c in history.changes)
+            logs.artifact("recompiles", "recompiling %s: %s%s", where(cache.code), reasons, dynamic)
+        history.changes.clear()
     cache.add(entry, cfg)
     for listener in entry_listeners:
         listener(entry)
@@ -310,11 +329,9 @@ def optimize(
     inputs, parameters and buffers included: ``compile_graph(gm,
     example_inputs)`` gets their real values from the first call.
     """
-    if dynamic:
-        raise NotImplementedYet(
-            "dynamic=True (symbolic shapes) is not built yet; use dynamic=None or False"
-        )
-    cfg = config_for(compile_graph, fullgraph)
+    if dynamic is not None and type(dynamic) is not bool:
+        raise TypeError(f"dynamic must be None, True or False, not {dynamic!r}")
+    cfg = config_for(compile_graph, fullgraph, dynamic)
     target = getattr(fn, "_torchkiln_original", fn)
     if not callable(target):
         raise TypeError(f"torchkiln can only compile callables, not {type(target).__name__}")
@@ -324,7 +341,9 @@ def optimize(
         mode, inner = decorated
         if bound_self is not None:
             inner = types.MethodType(inner, bound_self)
-        compiled = optimize(inner, compile_graph=compile_graph, fullgraph=fullgraph)
+        compiled = optimize(
+            inner, compile_graph=compile_graph, fullgraph=fullgraph, dynamic=dynamic
+        )
 
         @functools.wraps(fn)
         def under_grad_mode(*args: Any, **kwargs: Any) -> Any:

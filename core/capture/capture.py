@@ -127,6 +127,7 @@ def compile_graph_of(
 ) -> tuple[list[str] | None, list]:
     """Close the graph over its outputs and compile it; returns (argument sources, graph modules)."""
     output = trace.output
+    output.prune_unused_sizes()
     if output.op_count() == 0 and not codegen.graph_outputs:
         return None, []
     guard_and_merge_aliases(output)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from torchkiln.capture import dynamic
 from torchkiln.capture.variables.constants import is_constant_value
 
 _NO_REPLAY: tuple = ()
@@ -40,9 +41,17 @@ class FakePropagation:
         self.replayable = True
         self._replay: list | tuple = previous.results if replay else _NO_REPLAY
 
-    def from_tensor(self, value: torch.Tensor) -> torch.Tensor:
-        """The fake tensor of a real graph input (the same one for the same tensor)."""
-        return self.mode.from_tensor(value, static_shapes=True)
+    def from_tensor(self, value: torch.Tensor, source: str | None = None) -> torch.Tensor:
+        """The fake tensor of a real graph input (the same one for the same tensor), with the
+        sizes the capture's ``dynamic`` policy makes symbolic for an input read through
+        ``source`` (SymInts of the mode's ShapeEnv, created on first need: it costs a second
+        to import)."""
+        dims = dynamic.current().dynamic_dims(source, value) if source else None
+        if not dims:
+            return self.mode.from_tensor(value, static_shapes=True)
+        from torchkiln.capture.symbolic import symbolic_fake
+
+        return symbolic_fake(self.mode, value, source, dims)
 
     def run(self, kind: str, target: Any, args: list, kwargs: dict) -> Any:
         """``target`` (a ``call_method`` name or a callable) applied to fake ``args``."""

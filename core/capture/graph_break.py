@@ -150,6 +150,8 @@ def capture_with_break(
 def _break_entry(fn: types.FunctionType, trace: Any, cfg: Any, error: Unsupported) -> CacheEntry:
     code = fn.__code__
     tx = trace.translator
+    if tx.handling is not None:  # a resumed ``raise`` or ``with`` exit needs ``sys.exc_info()``
+        raise Unsupported("graph break inside an except block (the exception is not live in eager)")
     inst = tx.instructions[tx.ip]
     op = bc.opname(inst)
     codegen = FrameCodegen(trace.output, trace.guards, rebuilds_functions=False)

@@ -66,6 +66,8 @@ class GuardSet:
         self.weak: dict[str, weakref.ref] = {}
         self._weak_names: dict[int, str] = {}
         self.on_death: list[Callable[[], None]] = []
+        #: The symbolic sizes of the inputs (``capture.symbolic.ShapeGuards``), if any.
+        self.shapes: Any = None
 
     def bind(self, value: Any, hint: str = "c") -> str:
         """A name in ``ns`` holding ``value`` (reused for the same object)."""
@@ -193,8 +195,9 @@ class GuardSet:
             f"{source}.training is {module.training!r}",
         )
 
-    def tensor(self, source: str, t: torch.Tensor) -> None:
-        """Type, dtype, device, requires_grad, sizes and (``config.guard_strides``) strides."""
+    def tensor(self, source: str, t: torch.Tensor, fake: torch.Tensor | None = None) -> None:
+        """Type, dtype, device, requires_grad, sizes and (``config.guard_strides``) strides;
+        the sizes ``fake`` has symbolic are guarded by the ShapeEnv's facts instead."""
         self._sources.add(source)
         self.type_is(source, type(t))
         self.add(
@@ -210,6 +213,9 @@ class GuardSet:
             COST_TENSOR,
             f"{source}.requires_grad is {t.requires_grad!r}",
         )
+        if fake is not None and any(isinstance(s, torch.SymInt) for s in fake.shape):
+            self._symbolic_sizes(source, fake)
+            return
         size = tuple(t.shape)
         self.add(f"{source}.size() == {size!r}", COST_TENSOR, f"{source}.size() == {size}")
         if config.guard_strides:
@@ -217,6 +223,27 @@ class GuardSet:
             self.add(
                 f"{source}.stride() == {stride!r}", COST_TENSOR, f"{source}.stride() == {stride}"
             )
+
+    def _symbolic_sizes(self, source: str, fake: torch.Tensor) -> None:
+        """The rank and static sizes now; the rest at ``compile`` (``shape_guards``), when
+        tracing and the backend have added every fact they assume to the ShapeEnv."""
+        from torchkiln.capture.symbolic import ShapeGuards
+
+        if self.shapes is None:
+            self.shapes = ShapeGuards(fake.fake_mode.shape_env)
+        self.shapes.add_input(source, fake)
+        self._sources.add(f"{source}.shape")  # read once per guard call (``hoisted_exprs``)
+        self.add(f"{source}.dim() == {fake.dim()}", COST_TENSOR, f"{source}.dim() == {fake.dim()}")
+        for dim, size in enumerate(fake.shape):
+            if not isinstance(size, torch.SymInt):
+                read = f"{source}.shape[{dim}]"
+                self.add(f"{read} == {size}", COST_TENSOR, f"{read} == {size}")
+
+    def shape_guards(self) -> None:
+        """Add the ShapeEnv's facts over symbolic sizes (``s0 >= 2``, ``s0 % 8 == 0``)."""
+        if self.shapes is not None:
+            for expr, description in self.shapes.expressions(config.guard_strides):
+                self.add(expr, COST_TENSOR, description)
 
     def grad_mode(self, enabled: bool) -> None:
         fn = self.bind(torch.is_grad_enabled, "grad")
@@ -313,6 +340,7 @@ class GuardSet:
 
     def source(self, params: str) -> str:
         """The text of the guard and first-failure functions (``TORCHKILN_LOGS=guards``)."""
+        self.shape_guards()
         guard, failure = self._function_texts(params)
         return f"{guard}\n{failure}"
 
@@ -336,6 +364,7 @@ class GuardSet:
         ``first_failure`` is compiled on its first call: only a cache miss needs it,
         and compiling a frame's try/except per guard was most of a warm start's guard cost.
         """
+        self.shape_guards()
         guard_text, failure_text = self._function_texts(params)
         ns = self.ns
         ns["___descriptions"] = [g.description for g in self.ordered()]

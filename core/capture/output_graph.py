@@ -27,6 +27,7 @@ from torchkiln.capture.builder import build
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import COST_GLOBAL_STATE, GuardSet
 from torchkiln.capture.variables.nn_modules import MODULE_MEMBER_METHODS
+from torchkiln.capture.variables.tensors import SYM_PYTHON_TYPES
 from torchkiln.compiled_module import call_override, has_call_hooks
 from torchkiln.exc import Unsupported
 
@@ -100,6 +101,19 @@ class OutputGraph:
 
     # -- graph building -------------------------------------------------------
 
+    def prune_unused_sizes(self) -> None:
+        """Drop size computations nothing reads (``x.shape[0] > 2`` that Python branched on):
+        they are pure, and a graph of nothing else need not be compiled."""
+        for node in reversed(self.graph.nodes):
+            value = node.meta.get("example_value")
+            if (
+                node.op in ("call_function", "call_method")
+                and not node.users
+                and _contains_sym(value)
+                and not _contains_tensor(value)
+            ):
+                self.graph.erase_node(node)
+
     def op_count(self) -> int:
         return sum(
             n.op in ("call_function", "call_method", "call_module") for n in self.graph.nodes
@@ -115,11 +129,11 @@ class OutputGraph:
         )
         with ctx:
             node = self.graph.placeholder(name)
-        fake = self.fakes.from_tensor(value)
+        fake = self.fakes.from_tensor(value, source)
         node.meta["example_value"] = fake
         self._input_storages.add(_storage_id(fake))
         self.inputs.append((source, value, node))
-        self.guards.tensor(source, value)
+        self.guards.tensor(source, value, fake)
         return V.TensorVariable(node, fake, source, type(value))
 
     def call_op(self, kind: str, target: Any, args: list, kwargs: dict) -> V.VariableTracker:
@@ -143,7 +157,11 @@ class OutputGraph:
             raise Unsupported(
                 f"{name} changes the size, strides, storage or requires_grad of a graph input"
             )
-        if not _contains_tensor(example) and target is not operator.setitem:
+        if (
+            not _contains_tensor(example)
+            and not _contains_sym(example)
+            and target is not operator.setitem
+        ):
             if not is_plain_result(example):
                 raise Unsupported(f"{name} returned a {type(example).__name__}")
             return self.wrap_result(None, example)
@@ -172,16 +190,24 @@ class OutputGraph:
     def wrap_result(self, node: torch.fx.Node | None, example: Any) -> V.VariableTracker:
         if isinstance(example, torch.Tensor):
             return V.TensorVariable(node, example)
-        if isinstance(example, (tuple, list)) and _contains_tensor(example):
+        if isinstance(example, SYM_TYPES):
+            if not _contains_symbolic(example):  # the ShapeEnv knows its value
+                return V.ConstantVariable(SYM_PYTHON_TYPES[type(example)](example))
+            return V.SymNodeVariable(node, example)
+        if isinstance(example, (tuple, list)) and (
+            _contains_tensor(example) or _contains_sym(example)
+        ):
             items = []
             for i, item in enumerate(example):
                 sub = None
-                if _contains_tensor(item):
+                if _contains_tensor(item) or _contains_symbolic(item):
                     sub = self.graph.call_function(operator.getitem, (node, i))
                     sub.meta["example_value"] = item
                 items.append(self.wrap_result(sub, item))
             if isinstance(example, list):
                 return V.ListVariable(items)
+            if isinstance(example, torch.Size):
+                return V.TupleVariable(items, cls=torch.Size)
             return V.TupleVariable(items, cls=type(example), fields=_fields_of(example))
         if V.is_constant_value(example):
             return V.ConstantVariable(example)
@@ -203,6 +229,8 @@ class OutputGraph:
             return self.call_op("call_function", getattr, [vt, V.ConstantVariable(name)], {})
         if name in ("grad", "data", "_base", "grad_fn", "_version"):
             raise Unsupported(f"reading Tensor.{name}")
+        if name == "shape" and _contains_sym(vt.example.shape):
+            return self.call_op("call_method", "size", [vt], {})
         try:
             attr = getattr(vt.example, name)
         except AttributeError as e:
@@ -417,6 +445,26 @@ def _member_source(source: str, table: str, path: str) -> str:
     return source
 
 
+#: The types of symbolic values fake propagation computes (sizes of dynamic inputs).
+SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _contains_symbolic(value: Any) -> bool:
+    """Whether ``value`` is or holds a symbolic value the ShapeEnv has not reduced to a number."""
+    if isinstance(value, SYM_TYPES):
+        return not value.node.expr.is_number
+    if isinstance(value, (list, tuple)):
+        return any(_contains_symbolic(v) for v in value)
+    return False
+
+
+def _contains_sym(value: Any) -> bool:
+    """Whether ``value`` is or holds a SymInt, SymFloat or SymBool (symbolic or now known)."""
+    if isinstance(value, (list, tuple)):
+        return any(_contains_sym(v) for v in value)
+    return isinstance(value, SYM_TYPES)
+
+
 def _contains_tensor(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return True
@@ -453,7 +501,7 @@ def _fields_of(value: tuple) -> tuple[str, ...] | None:
 
 def to_node(vt: Any) -> Any:
     """The FX argument for a tracker: a node for tensors, the value for constants."""
-    if isinstance(vt, V.TensorVariable):
+    if isinstance(vt, (V.TensorVariable, V.SymNodeVariable)):
         return vt.node
     if isinstance(vt, V.ConstantVariable):
         return vt.value
@@ -471,6 +519,8 @@ def to_node(vt: Any) -> Any:
 def to_fake(vt: Any) -> Any:
     if isinstance(vt, V.TensorVariable):
         return vt.example
+    if isinstance(vt, V.SymNodeVariable):
+        return vt.value
     if isinstance(vt, V.ConstantVariable):
         return vt.value
     if isinstance(vt, V.TupleVariable):

@@ -163,6 +163,10 @@ def store(fn: types.FunctionType, cfg: Any, entry: CacheEntry) -> None:
     path = record_path(fn.__code__, cfg)
     if path is None or entry.guard_set is None:
         return
+    if entry.guard_set.shapes is not None:  # symbolic sizes: a record would reload as static
+        counters["capture_cache"]["unportable"] += 1
+        logs.artifact("capture_cache", "not kept: %s: symbolic sizes", fn.__code__.co_qualname)
+        return
     try:
         record = _record_of(entry)
         previous = [r for r in _read(path) if _fresh(r.files) and not _same(r, record)]

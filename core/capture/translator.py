@@ -30,6 +30,8 @@ from torchkiln.capture import variables as V
 from torchkiln.capture.builtins import fold
 from torchkiln.capture.output_graph import OutputGraph
 from torchkiln.capture.targets import is_stdlib
+from torchkiln.capture.variables import exceptions
+from torchkiln.capture.variables.exceptions import Raised
 from torchkiln.capture.variables.functions import RealCellVariable
 from torchkiln.exc import CaptureError, Unsupported
 
@@ -104,6 +106,8 @@ class Translator:
         self.is_generator = False
         self.yields = 0
         self.suspended: V.VariableTracker | None = None  # what a generator's ``yield`` handed out
+        # the exception an ``except`` block of this frame (or its caller's) is handling
+        self.handling: V.VariableTracker | None = None if parent is None else parent.handling
 
     # -- driving ------------------------------------------------------------------
 
@@ -125,6 +129,16 @@ class Translator:
             self.ip += 1
             try:
                 getattr(self, bc.opname(inst), self._unknown)(inst)
+            except Raised as e:
+                if not e.chained:  # Python chains a new exception to the one being handled
+                    e.exc.set_context(self.handling)
+                    e.chained = True
+                if self.unwind(e.exc):
+                    continue
+                if e.location is None:
+                    e.location = self.location()
+                    e.args = (f"{e.reason} at {e.location}",)
+                raise
             except Unsupported as e:
                 if e.location is None:
                     e.location = self.location()
@@ -138,16 +152,47 @@ class Translator:
                 ) from e
         return self.return_value
 
-    def resume_generator(self, sent: V.VariableTracker | None) -> V.VariableTracker | None:
+    def resume_generator(
+        self, sent: V.VariableTracker | None, thrown: V.VariableTracker | None = None
+    ) -> V.VariableTracker | None:
         """A generator's next item: ``sent`` becomes the value of the ``yield`` it is suspended
-        at (None to start it), its code runs to the next ``yield``; None once it returned."""
+        at (None to start it), or ``thrown`` is raised there (``throw()``); its code runs to the
+        next ``yield``; None once it returned. An exception leaving its code finishes it."""
         if self.return_value is not None:
+            if thrown is not None:
+                raise Raised(thrown, f"throw() of {thrown.describe()} into a finished generator")
             return None
-        if sent is not None:
-            self.push(sent)
-        self.run()
+        try:
+            if thrown is not None:
+                if not self.unwind(thrown):
+                    raise Raised(thrown, f"throw() of {thrown.describe()} into a generator")
+            elif sent is not None:
+                self.push(sent)
+            self.run()
+        except Raised as e:
+            self.return_value = V.ConstantVariable(None)
+            error = exceptions.stop_iteration_error(e.exc)
+            if error is e.exc:
+                raise
+            raise Raised(error, "a generator raised StopIteration", chained=True) from None
         value, self.suspended = self.suspended, None
         return value
+
+    def unwind(self, exc: V.VariableTracker) -> bool:
+        """Hands ``exc``, raised by the current instruction, to the handler the exception table
+        names for it (stack cut to the handler's depth, ``lasti`` and ``exc`` pushed), as
+        CPython does; False if no handler of this frame covers the instruction."""
+        entry = bytecode.handler_entry(self.code, self.current.offset)
+        if entry is None:
+            return False
+        target, depth, lasti = entry
+        del self.stack[depth:]
+        if lasti:
+            self.push(V.ConstantVariable(self.current.offset // 2))
+        self.push(exc)
+        self.kw_names = ()
+        self.jump(target)
+        return True
 
     def _unknown(self, inst: dis.Instruction) -> None:
         raise Unsupported(f"bytecode {inst.opname} is not supported")
@@ -634,6 +679,8 @@ class Translator:
             self._unary(operator.pos)
         elif name == "INTRINSIC_LIST_TO_TUPLE":
             self.push(V.TupleVariable(self.pop().items))
+        elif name == "INTRINSIC_STOPITERATION_ERROR":  # 3.12+: a generator's StopIteration
+            self.push(exceptions.stop_iteration_error(self.pop()))
         else:
             raise Unsupported(f"{name}")
 
@@ -909,11 +956,50 @@ class Translator:
     def RETURN_CONST(self, inst: dis.Instruction) -> None:
         self.return_value = V.ConstantVariable(inst.argval)
 
+    # -- exceptions ------------------------------------------------------------------
+
     def LOAD_ASSERTION_ERROR(self, inst: dis.Instruction) -> None:
-        raise Unsupported("assertion failed while tracing (or an AssertionError is raised)")
+        self.push(self.output.wrap(AssertionError, None))
 
     def RAISE_VARARGS(self, inst: dis.Instruction) -> None:
-        raise Unsupported("raise statement")
+        if inst.arg == 0:  # bare ``raise``: the exception being handled, unchained
+            if self.handling is None:
+                raise exceptions.error(
+                    RuntimeError, "No active exception to reraise", reason="bare raise"
+                )
+            raise Raised(self.handling, f"re-raising {self.handling.describe()}", chained=True)
+        cause = self.pop() if inst.arg == 2 else None
+        exc = exceptions.instance(self, self.pop())
+        if cause is not None:
+            none = cause.is_constant() and cause.as_python_constant() is None
+            exc.set_cause(cause if none else exceptions.instance(self, cause))
+        raise Raised(exc, f"raising {exc.describe()}")
+
+    def PUSH_EXC_INFO(self, inst: dis.Instruction) -> None:
+        exc = self.pop()
+        self.push(self.handling or V.ConstantVariable(None))
+        self.handling = exc
+        self.push(exc)
+
+    def POP_EXCEPT(self, inst: dis.Instruction) -> None:
+        previous = self.pop()
+        self.handling = None if previous.is_constant() else previous
+
+    def CHECK_EXC_MATCH(self, inst: dis.Instruction) -> None:
+        classes = self.pop().as_python_constant()
+        self.push(V.ConstantVariable(issubclass(self.stack[-1].python_type(), classes)))
+
+    def RERAISE(self, inst: dis.Instruction) -> None:
+        exc = self.pop()
+        raise Raised(exc, f"{exc.describe()} not caught in the frame", chained=True)
+
+    def WITH_EXCEPT_START(self, inst: dis.Instruction) -> None:
+        """``__exit__(type, exc, None)`` of the ``with`` block an exception left (stack:
+        ``__exit__``, ``lasti``, the previous exception, the exception)."""
+        exc = self.stack[-1]
+        exit_fn = self.stack[-4]
+        exc_type = self.output.wrap(exc.python_type(), None)
+        self.push(self.call_function(exit_fn, [exc_type, exc, V.ConstantVariable(None)], {}))
 
     def RETURN_GENERATOR(self, inst: dis.Instruction) -> None:
         if not self.is_generator:

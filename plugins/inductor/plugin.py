@@ -25,5 +25,6 @@ def torchkiln_backends() -> list[Backend]:
             description="loop-level IR, fusion, C++/OpenMP kernels on CPU (Triton on GPU: not yet)",
             options=OPTIONS,
             modes=MODE_OPTIONS,
+            dynamic_shapes=False,  # symbolic kernels: not yet
         )
     ]

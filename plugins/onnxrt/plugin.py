@@ -81,5 +81,6 @@ def torchkiln_backends() -> list[Backend]:
             ),
             options=OPTIONS,
             capabilities=capabilities,
+            dynamic_shapes=False,  # dynamic axes: not yet
         )
     ]

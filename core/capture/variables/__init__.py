@@ -16,12 +16,13 @@ One module per family:
 |---|---|
 | ``base`` | the protocol (``VariableTracker``), ``NULL``, ``ValueVariable`` (held by identity), ``IteratorVariable``, ``class_lookup`` |
 | ``constants`` | immutable values (``ConstantVariable``), slices with traced bounds |
-| ``tensors`` | ``TensorVariable``, guards on tensor state read in the frame |
+| ``tensors`` | ``TensorVariable``, guards on tensor state read in the frame, symbolic sizes (``SymNodeVariable``) |
 | ``containers`` | lists, tuples, dicts, mapping proxies, sets, dict views |
 | ``collection_types`` | ``collections``: ``OrderedDict``, ``defaultdict``, ``Counter``, ``deque`` |
 | ``iterators`` | iterators over containers, ``map``/``filter``/``zip``/``enumerate``, generators |
 | ``functions`` | builtins, user and nested functions, methods, ``partial``, closure cells |
-| ``context_managers`` | ``contextlib.nullcontext`` (grad-mode contexts are in ``torch_objects``) |
+| ``context_managers`` | ``contextlib`` managers, user ``__enter__``/``__exit__`` (grad mode: ``torch_objects``) |
+| ``exceptions`` | exceptions raised in traced code and ``Raised``, which carries one to its handler |
 | ``objects`` | Python modules, classes, user objects, ``super()`` |
 | ``records`` | dataclasses and dict-backed user objects (``ModelOutput``), ``dataclasses.fields``... |
 | ``opaque`` | objects not traced into (C functions, TorchScript...) |
@@ -66,6 +67,7 @@ from torchkiln.capture.variables.containers import (
     TupleVariable,
 )
 from torchkiln.capture.variables.context_managers import NullContextVariable
+from torchkiln.capture.variables.exceptions import ExceptionVariable, Raised
 from torchkiln.capture.variables.functions import (
     BoundMethodVariable,
     BuiltinVariable,
@@ -92,7 +94,11 @@ from torchkiln.capture.variables.objects import (
 )
 from torchkiln.capture.variables.opaque import OpaqueVariable, TorchScriptVariable
 from torchkiln.capture.variables.records import DictObjectVariable, FieldVariable
-from torchkiln.capture.variables.tensors import TensorVariable, guard_tensor_state
+from torchkiln.capture.variables.tensors import (
+    SymNodeVariable,
+    TensorVariable,
+    guard_tensor_state,
+)
 from torchkiln.capture.variables.torch_objects import (
     GradModeDecoratedVariable,
     GradModeExitVariable,
@@ -117,6 +123,7 @@ __all__ = [
     "DictVariable",
     "DictViewVariable",
     "EnumerateVariable",
+    "ExceptionVariable",
     "FieldVariable",
     "FilterVariable",
     "GeneratorVariable",
@@ -133,9 +140,11 @@ __all__ = [
     "OrderedDictVariable",
     "PartialVariable",
     "PythonModuleVariable",
+    "Raised",
     "SetVariable",
     "SliceVariable",
     "SuperVariable",
+    "SymNodeVariable",
     "TensorVariable",
     "TorchFunctionVariable",
     "TorchScriptVariable",

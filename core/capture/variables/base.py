@@ -69,7 +69,8 @@ class VariableTracker:
     def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
         """``with self as value:``: enters the block; returns its ``__exit__`` and ``value``."""
         raise Unsupported(
-            f"with block over {self.describe()} (grad-mode contexts and nullcontext are traced)"
+            f"with block over {self.describe()} (traced: grad-mode contexts, contextlib's managers, "
+            "classes with __enter__ and __exit__ in Python)"
         )
 
     def binary(

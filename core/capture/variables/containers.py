@@ -10,7 +10,7 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
-from torchkiln.capture.variables import constants, functions, iterators
+from torchkiln.capture.variables import constants, exceptions, functions, iterators, tensors
 from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -51,7 +51,11 @@ class ContainerVariable(VariableTracker):
             try:
                 return self.items[index]
             except IndexError as e:
-                raise Unsupported(f"index {index} out of range of a {self.describe()}") from e
+                raise exceptions.error(
+                    IndexError,
+                    f"{self.python_type().__name__} index out of range",
+                    reason=f"index {index} out of range of a {self.describe()}",
+                ) from e
         raise Unsupported(f"indexing a {self.describe()} with {type(index).__name__}")
 
 
@@ -218,7 +222,7 @@ class DictVariable(VariableTracker):
 
     def missing(self, tx: Translator, key: Any) -> VariableTracker:
         """``self[key]`` for a key not in the dict (``__missing__`` of the subclasses)."""
-        raise Unsupported(f"dict key {key!r} not found")
+        raise exceptions.error(KeyError, key, reason=f"dict key {key!r} not found")
 
     def reconstruct_literal(self, codegen: Any) -> str:
         """A new dict of this kind with the current items (``codegen.literal``)."""
@@ -233,7 +237,10 @@ class DictVariable(VariableTracker):
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         items = self.items
-        consts = [a.as_python_constant() if a.is_constant() else a for a in args[:1]]
+        consts = [
+            a.as_python_constant() if a.is_constant() or tensors.holds_size(a) else a
+            for a in args[:1]
+        ]  # a key holding a symbolic size is specialized: dict keys hash their values
         if name in DICT_MUTATORS:
             tx.output.side_effects.mutate(self)
         if name == "__setitem__":

@@ -1,13 +1,19 @@
-"""``contextlib.nullcontext``: a ``with`` block that does nothing on entry or exit (libraries
-pick it where a real context is not needed, as transformers' ``maybe_autocast`` does)."""
+"""``contextlib``'s context managers: ``nullcontext`` (libraries pick it where a real context
+is not needed, as transformers' ``maybe_autocast`` does), ``suppress``, ``ExitStack`` and the
+``@contextmanager`` generators. Each ``enter`` returns the tracker of its ``__exit__``, which
+``WITH_EXCEPT_START`` calls with the exception a block raised (user classes with ``__enter__``
+and ``__exit__`` are in ``objects``; grad-mode contexts in ``torch_objects``)."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from torchkiln.capture.variables import constants
+import torch
+
+from torchkiln.capture.variables import constants, exceptions, functions, iterators
 from torchkiln.capture.variables.base import VariableTracker
+from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
     from torchkiln.capture.translator import Translator
@@ -47,5 +53,169 @@ def _nullcontext(tx: Translator, enter_result: VariableTracker | None = None) ->
     return NullContextVariable(enter_result or constants.ConstantVariable(None))
 
 
+def _is_none(vt: VariableTracker) -> bool:
+    return vt.is_constant() and vt.as_python_constant() is None
+
+
+class SuppressVariable(VariableTracker):
+    """``contextlib.suppress(*classes)``: its ``__exit__`` swallows exceptions of ``classes``."""
+
+    def __init__(self, classes: tuple[type, ...]):
+        self.classes = classes
+
+    def python_type(self) -> type:
+        return contextlib.suppress
+
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
+        return functions.BoundMethodVariable(self, "__exit__"), constants.ConstantVariable(None)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name != "__exit__" or kwargs or len(args) != 3:
+            raise Unsupported(f"suppress.{name}() with these arguments")
+        exc_type = args[0].as_python_constant()
+        return constants.ConstantVariable(
+            exc_type is not None and issubclass(exc_type, self.classes)
+        )
+
+    def reconstruct(self, codegen: Any) -> str:
+        classes = ", ".join(codegen.bind(c, c.__name__) for c in self.classes)
+        return f"{codegen.bind(contextlib.suppress, 'suppress')}({classes})"
+
+
+def _suppress(tx: Translator, *classes: VariableTracker) -> VariableTracker:
+    return SuppressVariable(tuple(c.as_python_constant() for c in classes))
+
+
+class GeneratorContextVariable(VariableTracker):
+    """A ``@contextmanager`` function's manager: the generator runs to its ``yield`` on entry;
+    on exit it resumes, or gets the block's exception thrown in at the ``yield`` (as
+    ``contextlib._GeneratorContextManager.__exit__``)."""
+
+    def __init__(self, gen: iterators.GeneratorVariable):
+        self.gen = gen
+
+    def python_type(self) -> type:
+        return contextlib._GeneratorContextManager
+
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
+        value = self.gen.next(tx)
+        if value is None:
+            raise exceptions.error(RuntimeError, "generator didn't yield", reason="@contextmanager")
+        return functions.BoundMethodVariable(self, "__exit__"), value
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name != "__exit__" or kwargs or len(args) != 3:
+            raise Unsupported(f"{name}() of a @contextmanager object")
+        value = args[1]
+        if _is_none(value):
+            if self.gen.next(tx) is not None:
+                raise exceptions.error(
+                    RuntimeError, "generator didn't stop", reason="@contextmanager"
+                )
+            return constants.ConstantVariable(False)
+        try:
+            item = self.gen.throw(tx, value)
+        except exceptions.Raised as e:
+            if e.exc is value:  # the block's exception came back out: not suppressed
+                return constants.ConstantVariable(False)
+            raise
+        if item is not None:
+            raise exceptions.error(
+                RuntimeError, "generator didn't stop after throw()", reason="@contextmanager"
+            )
+        return constants.ConstantVariable(True)  # the generator caught it and returned
+
+
+def _generator_context(
+    tx: Translator, func: VariableTracker, args: VariableTracker, kwds: VariableTracker
+) -> VariableTracker:
+    gen = tx.call_function(func, tx.unpack_iterable(args), dict(kwds.items))
+    if not isinstance(gen, iterators.GeneratorVariable):
+        raise Unsupported(f"@contextmanager over {gen.describe()} (not a generator)")
+    return GeneratorContextVariable(gen)
+
+
+class ExitStackVariable(VariableTracker):
+    """``contextlib.ExitStack()``: ``enter_context`` and ``callback`` push exits that its own
+    ``__exit__`` (or ``close()``) runs last-in first-out, each seeing the exception still
+    pending; one that returns true swallows it."""
+
+    METHODS = ("enter_context", "callback", "close", "__exit__")
+
+    def __init__(self) -> None:
+        # (``__exit__``, None, {}) or (callback, args, kwargs)
+        self.exits: list[tuple[VariableTracker, list | None, dict]] = []
+
+    def python_type(self) -> type:
+        return contextlib.ExitStack
+
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
+        return functions.BoundMethodVariable(self, "__exit__"), self
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name not in self.METHODS:
+            raise Unsupported(f"ExitStack.{name} (only {', '.join(self.METHODS)} are traced)")
+        return functions.BoundMethodVariable(self, name)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name == "enter_context" and len(args) == 1 and not kwargs:
+            exit_fn, value = args[0].enter(tx)
+            self.exits.append((exit_fn, None, {}))
+            return value
+        if name == "callback" and args:
+            self.exits.append((args[0], list(args[1:]), dict(kwargs)))
+            return args[0]
+        if name == "close" and not args and not kwargs:
+            self.unwind(tx, None)
+            return constants.ConstantVariable(None)
+        if name == "__exit__" and len(args) == 3 and not kwargs:
+            pending = None if _is_none(args[1]) else args[1]
+            return constants.ConstantVariable(self.unwind(tx, pending))
+        raise Unsupported(f"ExitStack.{name}() with these arguments")
+
+    def unwind(self, tx: Translator, pending: VariableTracker | None) -> bool:
+        """Runs the exits; whether ``pending`` (the block's exception) was swallowed. An
+        exception an exit raises replaces the pending one and is raised at the end."""
+        received = pending
+        while self.exits:
+            fn, args, kwargs = self.exits.pop()
+            info = [constants.ConstantVariable(None)] * 3
+            if pending is not None:
+                info = [tx.output.wrap(pending.python_type(), None), pending, info[2]]
+            try:
+                if args is not None:  # a callback: runs, sees no exception, swallows none
+                    tx.call_function(fn, args, kwargs)
+                elif tx.truth(tx.call_function(fn, info, {})):
+                    pending = None
+            except exceptions.Raised as e:
+                pending = e.exc
+        if pending is not None and pending is not received:
+            raise exceptions.Raised(pending, f"{pending.describe()} in an ExitStack exit")
+        return received is not None and pending is None
+
+
+def _exit_stack(tx: Translator) -> VariableTracker:
+    return ExitStackVariable()
+
+
+def _not_traced(what: str) -> Any:
+    """A context manager that changes dispatcher state the graph does not record yet."""
+
+    def refuse(tx: Translator, *args: Any, **kwargs: Any) -> VariableTracker:
+        raise Unsupported(
+            f"{what} inside the compiled function is not traced yet "
+            "(enter it around the compiled call instead)"
+        )
+
+    return refuse
+
+
 #: Context-manager classes built by the frame.
-CONSTRUCTORS = {contextlib.nullcontext: _nullcontext}
+CONSTRUCTORS = {
+    contextlib.nullcontext: _nullcontext,
+    contextlib.suppress: _suppress,
+    contextlib._GeneratorContextManager: _generator_context,
+    contextlib.ExitStack: _exit_stack,
+    torch.autocast: _not_traced("torch.autocast"),
+    torch.inference_mode: _not_traced("torch.inference_mode"),
+}

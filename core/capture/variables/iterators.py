@@ -9,10 +9,9 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
-from torchkiln.capture import bytecode
 from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture.runtime import iterator_at
-from torchkiln.capture.variables import constants, containers, functions
+from torchkiln.capture.variables import constants, containers, exceptions, functions
 from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -219,8 +218,8 @@ class EnumerateVariable(IteratorVariable):
 
 class GeneratorVariable(IteratorVariable):
     """A generator the frame created: its code runs (in ``translator``) up to the next
-    ``yield`` each time an item is asked for, as Python runs it; ``send`` and ``close`` as
-    Python's. ``throw`` raises inside traced code, which is not traced."""
+    ``yield`` each time an item is asked for, as Python runs it; ``send``, ``throw`` and
+    ``close`` as Python's (the exception goes to the handlers around the ``yield``)."""
 
     METHODS = ("send", "close", "throw", "__next__")
 
@@ -256,34 +255,48 @@ class GeneratorVariable(IteratorVariable):
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         if name in ("send", "__next__") and not kwargs and len(args) == (name == "send"):
             item = self.send(tx, args[0] if args else constants.ConstantVariable(None))
-            if item is None:
-                raise Unsupported(f"generator.{name}() on a finished generator (StopIteration)")
-            return item
+            return _stop_if_finished(item, f"generator.{name}()")
         if name == "close" and not args and not kwargs:
             self.close(tx)
             return constants.ConstantVariable(None)
-        if name == "throw":
-            raise Unsupported(
-                "generator.throw() raises an exception inside traced code (not traced yet)"
-            )
+        if name == "throw" and len(args) == 1 and not kwargs:
+            item = self.throw(tx, exceptions.instance(tx, args[0]))
+            return _stop_if_finished(item, "generator.throw()")
         raise Unsupported(f"generator.{name}() with these arguments")
+
+    def throw(self, tx: Translator, exc: VariableTracker) -> VariableTracker | None:
+        """``exc`` raised at the suspended ``yield``: the next item, or None once the generator
+        returned; an exception it lets out is raised here (``exc`` too, if it was not started)."""
+        t = self.translator
+        if self.started and t.return_value is None and bc.resumes_yield_from(t.instructions[t.ip]):
+            raise Unsupported("throw() into a generator suspended in yield from")
+        if not self.started:  # Python raises it before the first line runs
+            self.started = True
+            t.return_value = constants.ConstantVariable(None)
+        return t.resume_generator(None, thrown=exc)
 
     def close(self, tx: Translator) -> None:
         """``GeneratorExit`` at the suspended ``yield`` (after closing a ``yield from``'s
-        delegate): the generator ends, unless a handler around the ``yield`` would run code."""
+        delegate): its handlers run; it must then end, not yield again."""
         t = self.translator
-        if self.started and t.return_value is None:
-            if bc.resumes_yield_from(t.instructions[t.ip]) and isinstance(
-                t.stack[-1], GeneratorVariable
-            ):
-                t.stack[-1].close(tx)
-            if _user_handler(t, t.current.offset) is not None:
-                raise Unsupported(
-                    "close() of a generator suspended inside try: its handler would run "
-                    "(exception handling in traced code is not traced yet)"
-                )
-        self.started = True
-        t.return_value = constants.ConstantVariable(None)
+        if not self.started or t.return_value is not None:
+            self.started = True
+            t.return_value = constants.ConstantVariable(None)
+            return
+        if bc.resumes_yield_from(t.instructions[t.ip]) and isinstance(
+            t.stack[-1], GeneratorVariable
+        ):
+            t.stack[-1].close(tx)
+        try:
+            item = t.resume_generator(None, thrown=exceptions.ExceptionVariable(GeneratorExit, []))
+        except exceptions.Raised as e:
+            if issubclass(e.exc.python_type(), GeneratorExit):
+                return
+            raise
+        if item is not None:
+            raise exceptions.error(
+                RuntimeError, "generator ignored GeneratorExit", reason="generator.close()"
+            )
 
     def remaining(self) -> list[VariableTracker]:
         raise Unsupported("a generator left mid-run (its code has not run on the rest)")
@@ -292,17 +305,8 @@ class GeneratorVariable(IteratorVariable):
         raise Unsupported("cannot rebuild a generator the frame created (its code is mid-run)")
 
 
-def _user_handler(t: Translator, offset: int) -> int | None:
-    """The handler of the user's code an exception at ``offset`` of ``t``'s code reaches, past
-    the compiler's own: a ``yield from``'s ``CLEANUP_THROW`` (which re-raises it) and 3.12's
-    generator-wide ``StopIteration`` to ``RuntimeError`` conversion (which lets others out)."""
-    target = bytecode.handler_at(t.code, offset)
-    while target is not None:
-        inst = t.instructions[t.index_of[target]]
-        if inst.opname == "CLEANUP_THROW":
-            target = bytecode.handler_at(t.code, target)
-        elif inst.opname == "CALL_INTRINSIC_1" and "STOPITERATION" in inst.argrepr:
-            return None
-        else:
-            return target
-    return None
+def _stop_if_finished(item: VariableTracker | None, what: str) -> VariableTracker:
+    """A generator step's item; ``StopIteration`` where the generator returned instead."""
+    if item is None:
+        raise exceptions.error(StopIteration, reason=f"{what} of a finished generator")
+    return item

@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
-from torchkiln.capture import builtins
+from torchkiln.capture import builtins, variables
 from torchkiln.capture.runtime import make_object
 from torchkiln.capture.variables import constants, containers, functions, lookups
 from torchkiln.capture.variables.base import MISSING, ValueVariable, VariableTracker, class_lookup
@@ -126,7 +126,21 @@ class UserObjectVariable(ValueVariable):
             tx.output.guards.add(
                 f"not hasattr({self.source}, {name!r})", 2, f"{self.source} has no {name!r}"
             )
-        raise Unsupported(f"{self.describe()} has no attribute {name!r}")
+        reason = f"{self.describe()} has no attribute {name!r}"
+        if class_lookup(self.cls, "__getattr__") is not MISSING:
+            raise Unsupported(reason)  # its own ``__getattr__`` would run (not traced here)
+        message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+        raise variables.exceptions.error(AttributeError, message, reason=reason)
+
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
+        """``with obj:`` for a class with ``__enter__`` and ``__exit__`` in Python: both inlined."""
+        if not all(
+            isinstance(class_lookup(self.cls, name), types.FunctionType)
+            for name in ("__enter__", "__exit__")
+        ):
+            return super().enter(tx)
+        exit_fn = self.var_getattr(tx, "__exit__")
+        return exit_fn, tx.call_function(self.var_getattr(tx, "__enter__"), [], {})
 
     def truth(self, tx: Translator) -> bool:
         """``bool(obj)`` as Python computes it: ``__bool__``, else ``__len__``, else true."""

@@ -114,3 +114,68 @@ def guard_tensor_state(tx: Translator, vt: TensorVariable, name: str) -> None:
         guards.add(
             f"{source}.{read} == {guards.literal(fact)}", COST_TENSOR, f"{source}.{read} == {fact}"
         )
+
+
+#: Python operators a symbolic size keeps symbolic (the rest specialize it).
+SYMBOLIC_OPERATORS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow,
+    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+
+SYM_PYTHON_TYPES = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+
+
+class SymNodeVariable(VariableTracker):
+    """A symbolic size (a SymInt, or a SymFloat/SymBool computed from one): an FX node that
+    computes it when the graph runs, and its value in the capture's ShapeEnv.
+
+    Arithmetic and comparisons stay symbolic, and so does passing it to a torch operation
+    (``x.view(b, t, h, d)``). Where Python needs the value (``bool``, an index, ``range``,
+    a builtin), ``as_python_constant`` specializes it: the ShapeEnv records the guard
+    (``Eq(s0, 8)``, ``s0 > 4``) that the entry's guard function then checks."""
+
+    def __init__(self, node: torch.fx.Node, value: torch.SymInt | torch.SymFloat | torch.SymBool):
+        self.node = node
+        self.value = value
+
+    def python_type(self) -> type:
+        return SYM_PYTHON_TYPES[type(self.value)]
+
+    def as_python_constant(self) -> int | float | bool:
+        return self.python_type()(self.value)
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.value)
+
+    def binary(
+        self, tx: Translator, symbol: str, other: VariableTracker, reflected: bool
+    ) -> VariableTracker | None:
+        fn = SYMBOLIC_OPERATORS.get(symbol)
+        symbolic = isinstance(other, SymNodeVariable)
+        number = other.is_constant() and type(other.as_python_constant()) in (int, float, bool)
+        if fn is None or not (symbolic or number):
+            return None
+        args = [other, self] if reflected else [self, other]
+        return tx.output.call_op("call_function", fn, args, {})
+
+    def reconstruct(self, codegen: object) -> str:
+        """Specialized: the transformed code rebuilds it as the constant it is now."""
+        return repr(self.as_python_constant())
+
+    def __repr__(self) -> str:
+        return f"SymNode({self.node.name}, {self.value})"
+
+
+def holds_size(vt: VariableTracker) -> bool:
+    """Whether ``vt`` is a symbolic size or a tuple of constants and symbolic sizes (a shape):
+    ``as_python_constant`` specializes it."""
+    if isinstance(vt, SymNodeVariable):
+        return True
+    items = getattr(vt, "items", None)
+    return (
+        type(items) is list
+        and any(isinstance(i, SymNodeVariable) for i in items)
+        and all(i.is_constant() or holds_size(i) for i in items)
+    )

@@ -128,16 +128,22 @@ def test_dropout_draws_the_same_mask_as_eager_under_a_fixed_seed(backend) -> Non
     torch.testing.assert_close(actual_grad, expected_grad)
 
 
-def test_symbolic_sizes_are_refused_with_a_clear_error() -> None:
+def test_symbolic_example_inputs_give_one_training_graph_for_every_size() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    from torchkiln.exc import NotImplementedYet
-
     mode = FakeTensorMode(shape_env=ShapeEnv())
-    x = mode.from_tensor(torch.randn(4, 4), static_shapes=False)
-    with pytest.raises(NotImplementedYet, match="static shapes"):
-        aot_autograd(fw_compiler=RecordingCompiler())(fx.symbolic_trace(sin_times), [x, x])
+    x = mode.from_tensor(torch.randn(4, 4), static_shapes=False).requires_grad_()
+    y = mode.from_tensor(torch.randn(4, 4), static_shapes=False)
+    fw, bw = RecordingCompiler(), RecordingCompiler()
+    compiled = aot_autograd(fw_compiler=fw, bw_compiler=bw)(fx.symbolic_trace(sin_times), [x, y])
+    for n in (3, 6):
+        a, b = torch.randn(n, 5, requires_grad=True), torch.randn(n, 5)
+        out = compiled(a, b)
+        torch.testing.assert_close(out, sin_times(a, b))
+        grad = torch.autograd.grad(out.sum(), a)
+        torch.testing.assert_close(grad, torch.autograd.grad(sin_times(a, b).sum(), a))
+    assert len(fw.graphs) == len(bw.graphs) == 1
 
 
 def times(x, n):

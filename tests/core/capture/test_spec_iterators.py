@@ -135,7 +135,7 @@ def generator_send(x):
     return first, second, third
 
 
-@case(one, breaks="close() of a generator suspended inside try")
+@case(one)
 def generator_close_runs_finally(x):
     gen = guarded_counter(x)
     first = next(gen)
@@ -150,12 +150,23 @@ def generator_close_before_start(x):
     return list(gen), x + 1
 
 
-@case(one, breaks="raising ValueError")
+@case(one)
 def generator_throw_caught_inside(x):
     gen = recovering(x)
     first = next(gen)
     second = gen.throw(ValueError("again"))
     return first, second
+
+
+def delegating_to_recovering(x):
+    yield from recovering(x)
+
+
+@case(one, breaks="throw() into a generator suspended in yield from")
+def generator_throw_through_yield_from(x):
+    gen = delegating_to_recovering(x)
+    first = next(gen)
+    return first, gen.throw(ValueError("again"))
 
 
 @case(many)
