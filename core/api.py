@@ -99,7 +99,10 @@ class GraphCompiler:
         chain = self.compile_fn if isinstance(self.compile_fn, BackendChain) else None
         parts = [(self.compile_fn, self.options)]
         if chain is not None:
-            parts = [(link.record.compile_fn, link.options) for link in chain.links]
+            parts = [
+                (link.record.compile_fn or link.record.capabilities, link.options)
+                for link in chain.links
+            ]
         try:
             name = "+".join(stable_name(fn) for fn, _ in parts)
         except Uncacheable:

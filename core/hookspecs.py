@@ -24,7 +24,7 @@ def torchkiln_backends() -> list[Backend]:
     :class:`torchkiln.plugin.Capabilities`); the core then partitions every graph
     and never asks the plugin for a partitioner of its own::
 
-        Backend("mine", compile_graph, capabilities=lambda: Capabilities(
+        Backend("mine", capabilities=lambda: Capabilities(
             compile_partition=compile_aten_graph,
             ops={torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor},
         ))

@@ -32,7 +32,7 @@ the user named this backend alone)::
             or "complex tensors",                   # True, or the reason it can't
         )
 
-    Backend("mybackend", compile_graph, capabilities=capabilities)
+    Backend("mybackend", capabilities=capabilities)   # no compile_fn: the core compiles
 
 The hook specifications themselves live in :mod:`torchkiln.hookspecs`.
 Keep the entry-point module light: import heavy dependencies inside the
@@ -171,7 +171,9 @@ class Backend:
     ``compile_fn(gm, example_inputs, **options) -> callable`` has the
     torch.compile backend signature; options are only passed when the user
     gave some (or a mode maps to some), so a plain torch.compile backend
-    function works unchanged.
+    function works unchanged. A backend gives either ``compile_fn`` (it compiles
+    whole graphs) or ``capabilities`` (the core partitions and calls its
+    ``compile_partition``), never both: one of them would never be called.
 
     ``options`` is the schema of accepted option keys; ``None`` means the
     backend accepts no options. ``modes`` maps each supported mode name to
@@ -192,7 +194,7 @@ class Backend:
     """
 
     name: str
-    compile_fn: Callable[..., Callable]
+    compile_fn: Callable[..., Callable] | None = None
     description: str = ""
     tags: tuple[str, ...] = ()
     requires: tuple[Requirement, ...] = ()
@@ -202,6 +204,16 @@ class Backend:
     capabilities: Capabilities | Callable[[], Capabilities] | None = None
     dtypes: tuple[str, ...] = ()
     dynamic_shapes: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.compile_fn is None) == (self.capabilities is None):
+            given = "both" if self.compile_fn is not None else "neither"
+            raise TypeError(
+                f"Backend {self.name!r} got {given} of compile_fn and capabilities: give "
+                "compile_fn for a backend that compiles whole graphs, or capabilities= for "
+                "one that runs some ops (the core partitions graphs and calls its "
+                "compile_partition)"
+            )
 
     def option_schema(self) -> dict[str, Option]:
         return {opt.name: opt for opt in self.options or ()}

@@ -10,8 +10,6 @@ graph, and ops without a converter run with the next backend of the chain
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from torchkiln.plugin import Backend, Capabilities, Option, Requirement, hookimpl
 
 OPTIONS = (
@@ -43,19 +41,6 @@ OPTIONS = (
 )
 
 
-def compile_graph(gm, example_inputs, **options) -> Callable:
-    """The onnxrt backend: forward and backward graphs each run by onnxruntime."""
-    import functools
-
-    from torchkiln.aot import aot_autograd
-    from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
-
-    compiler = functools.partial(compile_aten_graph, **options)
-    return aot_autograd(
-        fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions()
-    )(gm, example_inputs)
-
-
 def capabilities() -> Capabilities:
     """The aten overloads with a converter (called on the first compile: imports onnx)."""
     from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
@@ -73,7 +58,6 @@ def torchkiln_backends() -> list[Backend]:
     return [
         Backend(
             name="onnxrt",
-            compile_fn=compile_graph,
             description="runs the graph through ONNX Runtime (FX -> ONNX -> onnxruntime)",
             requires=(
                 Requirement("onnx", extra="onnxrt"),

@@ -10,8 +10,6 @@ convolutions, pooling backward, ...) runs with the next backend of the chain
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from torchkiln.plugin import Backend, Capabilities, Option, Requirement, hookimpl
 
 OPTIONS = (
@@ -47,19 +45,6 @@ OPTIONS = (
 )
 
 
-def compile_graph(gm, example_inputs, **options) -> Callable:
-    """The openvino backend on whole graphs: every op must convert."""
-    import functools
-
-    from torchkiln.aot import aot_autograd
-    from torchkiln_openvino.compiler import compile_aten_graph, decompositions
-
-    compiler = functools.partial(compile_aten_graph, **options)
-    return aot_autograd(
-        fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions()
-    )(gm, example_inputs)
-
-
 def capabilities() -> Capabilities:
     """The ops OpenVINO's frontend converts (called on the first compile: imports openvino)."""
     from torchkiln_openvino import ops
@@ -73,7 +58,6 @@ def torchkiln_backends() -> list[Backend]:
     return [
         Backend(
             name="openvino",
-            compile_fn=compile_graph,
             description="compiles the graph with OpenVINO (FX -> OpenVINO model -> compiled model)",
             requires=(Requirement("openvino", extra="openvino"),),
             options=OPTIONS,

@@ -44,7 +44,6 @@ register_backend(
 register_backend(
     Backend(
         "partial_fixture",
-        lambda gm, example_inputs: gm.forward,
         capabilities=Capabilities(
             compile_partition=lambda gm, example_inputs: gm.forward,
             ops={torch.ops.aten.add, torch.ops.aten.mul},

@@ -47,9 +47,9 @@ def toy(monkeypatch):
         raise RuntimeError("broken backend")
 
     caps = Capabilities(compile_partition=compile_partition, ops=ADD_MUL)
-    torchkiln.register_backend(Backend("toy", broken, capabilities=caps))
+    torchkiln.register_backend(Backend("toy", capabilities=caps))
     flaky = Capabilities(compile_partition=flaky_partition, ops=ADD_MUL)
-    torchkiln.register_backend(Backend("flaky", broken, capabilities=lambda: flaky))
+    torchkiln.register_backend(Backend("flaky", capabilities=lambda: flaky))
     torchkiln.register_backend(Backend("broken", broken))
     return compiled
 
@@ -246,3 +246,13 @@ def test_multi_output_ops_stay_with_their_getitems(toy):
     compiled_fn = torchkiln.compile(fn, backend="toy")
     x = torch.randn(4, 5)
     torch.testing.assert_close(compiled_fn(x), fn(x))
+
+
+@pytest.mark.parametrize("given", ["both", "neither"])
+def test_a_backend_gives_exactly_one_of_compile_fn_and_capabilities(given):
+    caps = Capabilities(compile_partition=lambda gm, example_inputs: gm.forward, ops=ADD_MUL)
+    kwargs = {"compile_fn": lambda gm, example_inputs: gm.forward, "capabilities": caps}
+    if given == "neither":
+        kwargs = {}
+    with pytest.raises(TypeError, match=f"got {given} of compile_fn and capabilities"):
+        Backend("half_declared", **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_leaves
 
-from torchkiln.registry import lookup_backend
+from torchkiln.aot import aot_autograd
 from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
 
 Factory = Callable[[], torch.Tensor]
@@ -86,9 +87,19 @@ def opaque_graph(fn: Callable, example: list[torch.Tensor]) -> fx.GraphModule:
 
 
 def backend_compiled(fn: Callable, example: list[torch.Tensor], **options) -> Callable:
-    """``fn`` compiled by the registered onnxrt backend (AOT layer, forward and backward)."""
-    compiled = lookup_backend("onnxrt").compile_fn(opaque_graph(fn, example), example, **options)
-    return compiled
+    """``fn`` through the AOT layer with onnxrt compiling its graphs whole (see below)."""
+    return whole_graphs_compiled(opaque_graph(fn, example), example, **options)
+
+
+def whole_graphs_compiled(gm: fx.GraphModule, example: list, **options) -> Callable:
+    """``gm``'s forward and backward graphs (AOT layer) each compiled by onnxrt whole.
+
+    No partitioning: an op without a converter fails the compile instead of running
+    eagerly, so a passing test means onnxruntime ran every op.
+    """
+    compiler = functools.partial(compile_aten_graph, **options)
+    aot = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions())
+    return aot(gm, example)
 
 
 def floats_requiring_grad(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from onnxrt_checks import whole_graphs_compiled
 
 from kiln_testing import flat_graph
-from torchkiln.registry import lookup_backend
 
 
 class TransformerBlock(nn.Module):
@@ -87,7 +87,7 @@ MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny_lm": tiny_lm
 
 def _compiled(model: nn.Module, example: tuple):
     gm, state = flat_graph(model)
-    compiled = lookup_backend("onnxrt").compile_fn(gm, [*state, *example])
+    compiled = whole_graphs_compiled(gm, [*state, *example])
     return lambda *inputs: compiled(*state, *inputs)
 
 
