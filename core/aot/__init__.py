@@ -43,6 +43,10 @@ The convention every compiler gets, forward, backward and inference alike:
   (an input autograd gives no gradient is left out). It is compiled on the
   first backward call, and its ``example_inputs`` have the strides of that
   call's tensors: the saved values as the compiled forward produced them.
+  A compiled backward with a ``call_boxed(args: list)`` method is called through
+  it instead, with a list nobody else holds: it may empty the list and drop each
+  saved value after its last use, so that the backward's peak memory is eager's
+  (saved activations freed as the backward goes) rather than all of them at once.
 * Graphs are traced with static shapes; random ops are neither decomposed by
   the default table nor recomputed, so a fixed seed gives eager's numbers.
 

@@ -169,21 +169,31 @@ class CompiledFunction(torch.autograd.Function):
     def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple:
         plan: TrainingPlan = ctx.plan
         tangents = [grad_outputs[k].contiguous() for k in plan.differentiable]
-        saved = list(ctx.saved_tensors)
+        args = list(ctx.saved_tensors)
         for i, size in ctx.saved_sizes:
-            saved.insert(i, size)
-        create_graph = torch.is_grad_enabled()
+            args.insert(i, size)
+        double_backward = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (*args, *grad_outputs)
+        )
+        args += tangents
+        del tangents, grad_outputs
+        ctx.maybe_clear_saved_tensors()  # unless retain_graph: ``args`` holds the only references
         with torch.no_grad():
-            args = (*saved, *tangents)
-            got = plan.runner("backward", plan.backward(args))(*args)
+            got = _call_backward(plan.runner("backward", plan.backward(args)), args)
         grads: list = [None] * ctx.num_args
         for i, g in zip(plan.grad_inputs, got):
             grads[i] = g
-        if create_graph and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in (*saved, *grad_outputs)
-        ):
+        if double_backward:
             grads = _error_on_double_backward(grads)
         return (None, *grads)
+
+
+def _call_backward(compiled: Callable, args: list) -> Sequence:
+    """Run the compiled backward, handing it ``args`` to free as it goes where it can."""
+    call_boxed = getattr(compiled, "call_boxed", None)
+    if call_boxed is not None:
+        return call_boxed(args)
+    return compiled(*args)
 
 
 def run_training(plan: TrainingPlan, args: Sequence) -> list:

@@ -99,13 +99,20 @@ class GeneratedGraph:
 
 
 class CompiledGraph:
-    """The compiled callable: ``compiled(*flat_tensor_args)`` returns the outputs."""
+    """The compiled callable: ``compiled(*flat_tensor_args)`` returns the outputs.
+
+    ``call_boxed(args)`` takes the arguments as a list that the wrapper empties, so that
+    each input is freed after its last use (the AOT layer calls backwards this way).
+    """
 
     def __init__(self, call, artifact: GraphArtifact):
         self._call = call
         self.artifact = artifact
 
     def __call__(self, *args: Any) -> Any:
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list) -> Any:
         if torch.is_grad_enabled():  # extern aten calls need not record autograd graphs
             with torch.no_grad():
                 return self._call(args)

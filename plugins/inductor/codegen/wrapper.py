@@ -137,6 +137,7 @@ class WrapperCodegen:
         if n_args:
             all_args = ", ".join(f"arg{i}" for i in range(n_args))
             body.append(f"{all_args}, = args" if n_args == 1 else f"{all_args} = args")
+            body.append("args.clear()  # each input is freed after its last use")
         for b in g.inputs:
             if b.layout.storage_numel() > 1:
                 body.append(f"arg{b.position} = _fix_layout(arg{b.position}, {b.layout.stride})")
@@ -153,7 +154,7 @@ class WrapperCodegen:
         pool: dict[tuple, list[str]] = {}  # dead buffers a later one of their size may take
         dead_at: dict[str, int] = {}  # where in ``body`` each pooled buffer died
         owned: set[str] = set()
-        bound: set[str] = set()
+        bound = {b.name for b in g.inputs}
         # storage others may still alias: scatter targets, arguments of in-place aten calls
         aliased = {
             n.buffer.data.target

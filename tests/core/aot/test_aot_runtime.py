@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
 from aot_testing import RecordingCompiler
 
-from torchkiln.aot import aot_autograd
+from torchkiln.aot import aot_autograd, simple_partition
 from torchkiln.backends.aot import aot_eager, aot_eager_decomp_partition
 
 
@@ -187,3 +189,50 @@ def test_backward_is_compiled_for_the_strides_the_forward_saved() -> None:
     saved = [t for t in bw.example_inputs[0] if t.dim() == 4 and t.shape[1] == 3 and t.shape[2] > 1]
     assert saved and all(t.is_contiguous(memory_format=torch.channels_last) for t in saved)
     assert not any(t.is_contiguous() for t in saved)
+
+
+class _BoxedBackward:
+    """A backward compiler whose callable takes its arguments boxed, and records which
+    of them were still alive elsewhere once it emptied the list."""
+
+    def __init__(self) -> None:
+        self.still_alive: list[bool] = []
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list) -> _BoxedBackward:
+        self.gm = gm
+        return self
+
+    def call_boxed(self, args: list) -> tuple:
+        values = [a.clone() for a in args]
+        refs = [weakref.ref(a) for a in args]
+        args.clear()
+        self.still_alive = [ref() is not None for ref in refs]
+        return self.gm(*values)
+
+
+def test_a_boxed_backward_holds_the_only_references_to_the_saved_values() -> None:
+    x = torch.randn(8, requires_grad=True)
+
+    def fn(x):
+        return (x * 2).sin()  # saves x * 2, an intermediate nothing else holds
+
+    bw = _BoxedBackward()
+    compiled = aot_autograd(
+        fw_compiler=lambda gm, _: gm, bw_compiler=bw, partition_fn=simple_partition
+    )(fx.symbolic_trace(fn), [x])
+    compiled(x).sum().backward()
+    assert bw.still_alive[:-1] == [False] * (len(bw.still_alive) - 1)  # the saved values
+    torch.testing.assert_close(x.grad, 2 * torch.cos(x.detach() * 2))
+
+
+def test_retain_graph_keeps_the_saved_values_for_a_second_backward() -> None:
+    x = torch.randn(8, requires_grad=True)
+    bw = _BoxedBackward()
+    compiled = aot_autograd(
+        fw_compiler=lambda gm, _: gm, bw_compiler=bw, partition_fn=simple_partition
+    )(fx.symbolic_trace(lambda x: (x * 2).sin()), [x])
+    out = compiled(x).sum()
+    out.backward(retain_graph=True)
+    assert bw.still_alive[0]
+    out.backward()
+    torch.testing.assert_close(x.grad, 4 * torch.cos(x.detach() * 2))

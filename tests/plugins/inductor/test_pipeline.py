@@ -1,5 +1,7 @@
 """End to end: aten graph -> IR -> fused C++ -> ctypes -> same result as eager."""
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from inductor_testing import check, compile_fn, kernel_count
@@ -127,3 +129,18 @@ def test_full_reduction_of_a_large_tensor_runs_in_parallel_chunks():
         lambda x: (x.sum(), x.amax(), (x > 3).any()), torch.randn(300, 1001), rtol=1e-4, atol=1e-3
     )
     assert "#pragma omp parallel for" in compiled.artifact.cpp_source
+
+
+def test_boxed_call_frees_each_input_after_its_last_use():
+    def fn(a, b):
+        return (a.sin() @ b).cos()
+
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    compiled = compile_fn(fn, a, b)
+    wrapper = compiled.artifact.wrapper_source
+    assert wrapper.index("del arg0") < wrapper.index("mm_default(")  # before the matmul runs
+    args = [a.clone(), b.clone()]
+    first = weakref.ref(args[0])
+    (out,) = compiled.call_boxed(args)
+    assert args == [] and first() is None
+    torch.testing.assert_close(out, fn(a, b))
