@@ -619,6 +619,26 @@ def make_reduction(
     loader: Callable | None = None,
 ) -> StorageView:
     """Store ``reduce(x over dims)``; ``acc_dtype`` is what the body yields (default: dtype's)."""
+    acc = compute_dtype(acc_dtype or dtype)
+    convert = rtype not in ("argmax", "argmin")  # those compare the values as they are
+    ranges, rranges, body = _reduction_body(x, dims, keepdim, acc if convert else None, loader)
+    chunks = (
+        _split_chunks(g.caps, math.prod(ranges), math.prod(rranges)) if rtype in _SPLITTABLE else 1
+    )
+    if chunks > 1:
+        return _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc, chunks)
+    return g.reduction(x.device, ranges, rranges, body, rtype, dtype, x.dtype, output_index)
+
+
+def _reduction_body(
+    x: TensorValue,
+    dims: list[int],
+    keepdim: bool,
+    acc: torch.dtype | None,
+    loader: Callable | None = None,
+) -> tuple[tuple[int, ...], tuple[int, ...], Callable]:
+    """The output ranges, the reduced ranges, and ``body(index, rindex)``: the element of
+    ``x`` a reduction over ``dims`` reads there (converted to ``acc`` unless ``None``)."""
     size = x.size
     kept = [d for d in range(len(size)) if d not in dims]
     ranges = (
@@ -628,7 +648,6 @@ def make_reduction(
     )
     rranges = tuple(size[d] for d in dims)
     load = loader or x.loader()
-    acc = compute_dtype(acc_dtype or dtype)
 
     def body(index, rindex):
         full: list[Expr] = [Expr()] * len(size)
@@ -637,16 +656,9 @@ def make_reduction(
         for pos, d in enumerate(dims):
             full[d] = rindex[pos]
         v = load(full)
-        if rtype in ("argmax", "argmin"):
-            return v
-        return ops.to_dtype(v, acc)
+        return v if acc is None else ops.to_dtype(v, acc)
 
-    chunks = (
-        _split_chunks(g.caps, math.prod(ranges), math.prod(rranges)) if rtype in _SPLITTABLE else 1
-    )
-    if chunks > 1:
-        return _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc, chunks)
-    return g.reduction(x.device, ranges, rranges, body, rtype, dtype, x.dtype, output_index)
+    return ranges, rranges, body
 
 
 #: a reduction of everything, when large, runs in parallel chunks, then reduces the chunks
@@ -748,10 +760,54 @@ def _max_dim(g, meta, x, dim, keepdim=False):
 
 
 def _welford(g, x, dims, keepdim, dtype):
+    """The mean of ``x`` over ``dims`` and its m2 (sum of squared deviations), in one pass."""
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     x = g.reuse(x)
-    mean = make_reduction(g, x, dims, keepdim, "welford", acc, acc, output_index=0)
-    m2 = make_reduction(g, x, dims, keepdim, "welford", acc, acc, output_index=1)
+    ranges, rranges, body = _reduction_body(x, dims, keepdim, acc)
+    total = math.prod(rranges)
+    chunks = _even_chunks(_split_chunks(g.caps, math.prod(ranges), total), total)
+    if chunks > 1:
+        return _split_welford(g, x, ranges, rranges, body, acc, chunks)
+    mean = g.reduction(x.device, ranges, rranges, body, "welford", acc, x.dtype, 0)
+    m2 = g.reduction(x.device, ranges, rranges, body, "welford", acc, x.dtype, 1)
+    return mean, m2
+
+
+def _even_chunks(target: int, total: int) -> int:
+    """The most equal parts, up to ``target``, that ``total`` elements split into, if at least
+    half of ``target`` (Welford's partial results combine simply only for equal counts)."""
+    for chunks in range(target, max(1, target // 2) - 1, -1):
+        if total % chunks == 0:
+            return chunks
+    return 1
+
+
+def _split_welford(g, x, ranges, rranges, body, acc, chunks) -> tuple[StorageView, StorageView]:
+    """Welford over ``chunks`` equal parts of the reduced elements (a batch norm's statistics
+    of few channels over many rows, on a GPU: parallel programs rather than one per channel),
+    then Chan's combination: the mean of the parts' means, and the parts' m2s plus
+    ``n * (part mean - mean)**2`` for parts of ``n`` elements."""
+    n = math.prod(rranges) // chunks
+
+    def part(outer, inner):
+        return body(list(outer[1:]), unflatten(outer[0] * n + inner[0], rranges))
+
+    shape = (chunks, *ranges)
+    means = g.reduction(x.device, shape, (n,), part, "welford", acc, x.dtype, 0).loader()
+    m2s = g.reduction(x.device, shape, (n,), part, "welford", acc, x.dtype, 1).loader()
+
+    def share_of_mean(i, r):
+        return ops.mul(means([r[0], *i]), ops.constant(1 / chunks, acc))
+
+    mean = g.reduction(x.device, ranges, (chunks,), share_of_mean, "sum", acc, acc)
+    load_mean = mean.loader()
+
+    def m2_of_part(i, r):
+        deviation = ops.sub(means([r[0], *i]), load_mean(i))
+        spread = ops.mul(ops.constant(n, acc), ops.mul(deviation, deviation))
+        return ops.add(m2s([r[0], *i]), spread)
+
+    m2 = g.reduction(x.device, ranges, (chunks,), m2_of_part, "sum", acc, acc)
     return mean, m2
 
 

@@ -19,6 +19,7 @@ def _reductions(row, rows, col, cube, half):
     return (
         row.sum(-1),  # 2^20 floats a row, one lane loop per row
         row.sum(),  # a reduction of everything: split into parallel chunks
+        row.var(),  # Welford in parallel chunks, combined (Chan)
         rows.sum(-1),  # 2048 floats a row
         rows.mean(-1),
         rows.var(-1),  # Welford, lanes along the row

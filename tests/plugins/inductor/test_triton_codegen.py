@@ -118,6 +118,41 @@ def test_sum_into_few_outputs_splits_into_parallel_chunks():
     assert "(39, 96)" in compiled.artifact.wrapper_source
 
 
+def _statistics_error(fn, x):
+    """The float32 results' errors against float64: (kiln's, eager's)."""
+    compiled = triton_check(fn, x, rtol=1e-5, atol=1e-5)
+    reference = [r.double() for r in fn(x.double())]
+    kiln, eager = compiled(x), fn(x)
+    worst = [
+        max(((a.double() - r).norm() / r.norm()).item() for a, r in zip(out, reference))
+        for out in (kiln, eager)
+    ]
+    return compiled, *worst
+
+
+def test_batch_norm_statistics_split_into_equal_chunks_combined_exactly():
+    """Batch norm's var_mean over (N, H, W) gives each of few channels 16384 elements: they
+    split into 128 chunks of 128 (one program each), whose means and m2s combine (Chan)."""
+    torch.manual_seed(0)
+    x = 3 + 0.1 * torch.randn(256, 4, 8, 8)  # far from zero: a naive combination loses digits
+
+    def stats(x):
+        return torch.var_mean(x, dim=(0, 2, 3), correction=0)
+
+    compiled, kiln_error, eager_error = _statistics_error(stats, x)
+    assert "(128, 4)" in compiled.artifact.wrapper_source  # the chunks' partial results
+    assert kiln_error <= 2 * max(eager_error, 2**-24)
+
+
+def test_statistics_over_a_prime_count_stay_one_reduction():
+    """16411 rows have no equal chunks: the reduction stays whole, and right."""
+    torch.manual_seed(0)
+    x = 3 + 0.1 * torch.randn(16411, 4)
+    compiled, kiln_error, eager_error = _statistics_error(lambda x: torch.var_mean(x, 0), x)
+    assert len(compiled.artifact.triton.launches) == 1
+    assert kiln_error <= 2 * max(eager_error, 2**-24)
+
+
 def test_independent_reductions_stay_separate_kernels():
     """On a GPU, fusing two kernels that share nothing would run both in each program, one
     after the other: they stay separate (the C++ generator fuses them: one loop pass)."""
