@@ -4,8 +4,8 @@
         --backends eager,torch.compile,kiln:inductor [--size large --dtype bfloat16 --top 12]
 
 For each model, case and variant: warm-up steps (compiling), then ``torch.profiler`` over a
-few steps. Prints per step: host wall time, GPU kernel time, kernel launches, and the top
-kernels by GPU time. The speed tables (``benchmarks.run``) say *how much* slower a row is;
+few steps. Prints per step: host wall time, GPU kernel time, kernel launches, the peak GPU
+memory of the timed steps, and the top kernels by GPU time. The speed tables (``benchmarks.run``) say *how much* slower a row is;
 this says *where*: more kernels, slower kernels, or host time between them.
 """
 
@@ -44,12 +44,14 @@ def profile_row(model: str, case: str, label: str, args) -> None:
     for _ in range(args.warmup):
         work.step()
     torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     walls = []
     for _ in range(args.steps):
         start = time.perf_counter()
         work.step()
         torch.cuda.synchronize()
         walls.append((time.perf_counter() - start) * 1e3)
+    peak_gb = torch.cuda.max_memory_allocated() / 1e9
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):
             work.step()
@@ -59,7 +61,8 @@ def profile_row(model: str, case: str, label: str, args) -> None:
     launches = sum(n for _, n in kernels.values()) / args.steps
     print(
         f"\n== {model} {case} {label}: step {statistics.median(walls):.3f} ms (median), "
-        f"GPU kernels {gpu_ms:.3f} ms, {launches:.0f} launches per step"
+        f"GPU kernels {gpu_ms:.3f} ms, {launches:.0f} launches per step, "
+        f"peak memory {peak_gb:.2f} GB"
     )
     ranked = sorted(kernels.items(), key=lambda kv: -kv[1][0])[: args.top]
     for name, (us, n) in ranked:
