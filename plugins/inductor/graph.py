@@ -93,14 +93,7 @@ class GraphLowering(Interpreter):
         # outputs past these are saved for backward (see torchkiln.aot): any layout will do
         self.num_user_outputs: int | None = gm.meta.get("num_user_outputs")
         # graphs with 2-D convolutions keep their 4-D intermediates channels-last
-        training = self.num_user_outputs is not None or any(
-            n.target is CONVOLUTION_BACKWARD for n in gm.graph.nodes
-        )
-        self.channels_last = (
-            caps.channels_last_conv
-            and (caps.channels_last_training or not training)
-            and any(_is_conv2d(n) for n in gm.graph.nodes)
-        )
+        self.channels_last = caps.channels_last_conv and any(_is_conv2d(n) for n in gm.graph.nodes)
 
     # -- public ---------------------------------------------------------------
     def lower(self) -> GraphIR:
