@@ -1,8 +1,8 @@
 """What the min-cut partitioner may recompute in backward, and what saving a value costs.
 
-Cheap to recompute: pointwise ops, views, ``getitem`` of a multi-output
-node, constants, ops that create a tensor from no tensor (``full``) and
-reductions over at most ``SMALL_REDUCTION_NUMEL`` elements. Never
+Cheap to recompute: pointwise ops, views, dtype conversions, ``getitem`` of a
+multi-output node, constants, ops that create a tensor from no tensor (``full``)
+and reductions over at most ``SMALL_REDUCTION_NUMEL`` elements. Never
 recomputed: random ops (their result would differ from the forward's) and
 everything else (matmuls, convolutions, large reductions, gathers...).
 """
@@ -41,11 +41,22 @@ def is_recomputable(node: fx.Node) -> bool:
     if torch.Tag.pointwise in op.tags or op.is_view:
         return True
     inputs = _tensor_inputs(node)
+    if op is torch.ops.aten._to_copy.default:
+        # a dtype conversion is pointwise (a mixed-precision graph's upcasts: saving the
+        # float32 copy would cost twice the bfloat16 value it is made from); a copy to
+        # another device is a transfer
+        device = node.kwargs.get("device")
+        return device is None or all(_same_device(t.device, device) for t in inputs)
     if not inputs:
         return True
     if _REDUCTION is not None and _REDUCTION in op.tags:
         return max(t.numel() for t in inputs) <= SMALL_REDUCTION_NUMEL
     return False
+
+
+def _same_device(device: torch.device, target: object) -> bool:
+    target = torch.device(target)
+    return device.type == target.type and target.index in (None, device.index)
 
 
 def saved_bytes(node: fx.Node) -> int | None:

@@ -128,3 +128,22 @@ def test_backward_reading_only_constants_saves_nothing() -> None:
     )
     assert saved_values(bw_gm) == []
     torch.testing.assert_close(grads, expected)
+
+
+def bfloat16_layer_norm_gelu(x, w):
+    """Mixed precision as the decompositions write it: statistics and gelu in float32."""
+    return F.gelu(F.layer_norm(x, (x.shape[-1],)) @ w)
+
+
+def test_min_cut_saves_bfloat16_values_rather_than_their_float32_upcasts() -> None:
+    inputs = [
+        torch.randn(16, 64, dtype=torch.bfloat16, requires_grad=True),
+        torch.randn(64, 64, dtype=torch.bfloat16, requires_grad=True),
+    ]
+    table = default_decompositions()
+    _, bw_gm, grads, expected = _compile_and_backward(
+        bfloat16_layer_norm_gelu, inputs, decompositions=table
+    )
+    large = [n for n in saved_values(bw_gm) if n.meta["val"].numel() > 16]
+    assert large and all(n.meta["val"].dtype == torch.bfloat16 for n in large)
+    torch.testing.assert_close(grads, expected, rtol=2e-2, atol=2e-2)

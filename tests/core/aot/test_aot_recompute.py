@@ -34,3 +34,9 @@ def test_only_small_reductions_are_recomputable() -> None:
     large = torch.randn(SMALL_REDUCTION_NUMEL + 1)
     assert is_recomputable(_node(lambda t: t.sum(0), small))
     assert not is_recomputable(_node(lambda t: t.sum(0), large))
+
+
+def test_dtype_conversions_are_recomputable_but_device_copies_are_not() -> None:
+    x = torch.randn(8, 8)
+    assert is_recomputable(_node(lambda t: t.to(torch.bfloat16), x))
+    assert not is_recomputable(_node(lambda t: t.to("meta"), x))
