@@ -45,7 +45,7 @@ from ..ir import GraphIR, Reduction
 from ..kernel_plan import KernelPlan, Segment
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode
-from .triton_launch import launcher_for, use_triton_cache
+from .triton_launch import compile_at_once, launcher_for, use_triton_cache
 
 #: elements of one ``[XBLOCK, RBLOCK]`` tile
 TILE_ELEMENTS = 4096
@@ -921,6 +921,8 @@ class KernelLaunch:
     grid: tuple[int, ...]
     meta: tuple[tuple[str, int], ...]
     num_warps: int
+    dtypes: tuple[torch.dtype, ...]  # of the params' buffers: what Triton specializes on
+    device: str
 
 
 @dataclass(frozen=True)
@@ -947,10 +949,12 @@ class TritonModule:
         root = private_cache_dir()  # Triton's cache holds libraries it loads: only a trusted one
         if root is not None:
             use_triton_cache(root)
-        return {
+        launchers = {
             k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta), k.num_warps)
             for k in self.launches
         }
+        compile_at_once([(launchers[k.name], k.dtypes, k.device) for k in self.launches])
+        return launchers
 
 
 def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[TritonModule, dict]:
@@ -963,7 +967,16 @@ def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[Trito
         text, params, meta, grid = kernel.emit()
         name = f"kiln_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         sources[name] = text.replace("KERNEL_NAME", name)
-        launch = KernelLaunch(name, tuple(params), grid, tuple(meta.items()), kernel.num_warps)
+        buffers = [graph.buffer(p) for p in params]
+        launch = KernelLaunch(
+            name,
+            tuple(params),
+            grid,
+            tuple(meta.items()),
+            kernel.num_warps,
+            tuple(b.dtype for b in buffers),
+            str(buffers[0].layout.device),
+        )
         by_step[kernel_name] = launch
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     prelude = PRELUDE.replace("{round_bf16}", _ROUND_BF16[interpreted])

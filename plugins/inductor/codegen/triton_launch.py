@@ -10,6 +10,9 @@ which Triton specializes on. :class:`LeanLauncher` compiles once per alignment p
 current CUDA stream. :class:`InterpretedLauncher` keeps the plain call for Triton's
 interpreter (CPU tensors, ``TRITON_INTERPRET=1``), where nothing is compiled.
 
+A graph's kernels compile all at once when it loads (:func:`compile_at_once`), on a pool
+of threads, rather than one after the other at their first calls.
+
 Written against Triton 3.6 (the GPU machine's) and 3.9 (pip's): their launchers take every
 bound argument, constexprs too, and differ only in how launch hooks are kept.
 """
@@ -17,11 +20,14 @@ bound argument, constexprs too, and differ only in how launch hooks are kept.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 #: Triton specializes a pointer on this divisibility (its ``tt.divisibility`` attribute)
 POINTER_ALIGNMENT = 16
+#: most kernels compiled at the same time
+COMPILE_THREADS = 32
 
 
 def use_triton_cache(cache_root) -> None:
@@ -53,12 +59,13 @@ class LeanLauncher:
         self._grid3 = (*grid, 1, 1)[:3]
         self._constexprs = tuple(meta.values())
         self._compiled: dict[tuple[bool, ...], tuple] = {}
+        self._started: dict[tuple[bool, ...], object] = {}  # compiles under way
         from triton import knobs
 
         self._hooks = knobs.runtime
 
     def __call__(self, *tensors: torch.Tensor) -> None:
-        aligned = tuple(t.data_ptr() % POINTER_ALIGNMENT == 0 for t in tensors)
+        aligned = _alignment(tensors)
         entry = self._compiled.get(aligned)
         if entry is None:
             entry = self._compile(aligned, tensors)
@@ -70,15 +77,49 @@ class LeanLauncher:
         metadata = kernel.launch_metadata(self._grid, stream, *args) if _any(enter) else None
         run(*self._grid3, stream, function, packed, metadata, enter, leave, *args)
 
+    def start(self, tensors: tuple[torch.Tensor, ...]) -> None:
+        """Begin compiling for the alignment of ``tensors`` (in a worker of Triton's
+        ``AsyncCompileMode`` when one is active); the first call with it finishes."""
+        self._started[_alignment(tensors)] = self._warmup(tensors)
+
+    def _warmup(self, tensors: tuple[torch.Tensor, ...]):
+        return self._fn.warmup(*tensors, grid=self._grid, num_warps=self._num_warps, **self._meta)
+
     def _compile(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]) -> tuple:
         """Compile for this alignment pattern (Triton's disk cache makes a repeat cheap)."""
-        kernel = self._fn.warmup(*tensors, grid=self._grid, num_warps=self._num_warps, **self._meta)
+        kernel = self._started.pop(aligned, None)
+        if kernel is None:
+            kernel = self._warmup(tensors)
         if hasattr(kernel, "result"):  # an asynchronous compile
             kernel = kernel.result()
         run = kernel.run  # loads the binary: ``function`` is set from here on
         entry = (kernel, run, kernel.function, kernel.packed_metadata, tensors[0].device.index)
         self._compiled[aligned] = entry
         return entry
+
+
+def _alignment(tensors: tuple[torch.Tensor, ...]) -> tuple[bool, ...]:
+    return tuple(t.data_ptr() % POINTER_ALIGNMENT == 0 for t in tensors)
+
+
+def compile_at_once(kernels: list[tuple[object, tuple[torch.dtype, ...], str]]) -> None:
+    """Compile ``(launcher, param dtypes, device)`` kernels together, for aligned pointers
+    (what torch allocates), on a pool of threads: Triton's ``AsyncCompileMode`` runs each
+    compile in a worker (its passes release the GIL, ``ptxas`` is a process of its own).
+    Interpreted kernels compile nothing; a call with unaligned pointers compiles its own."""
+    lean = [
+        (launcher, dtypes, device)
+        for launcher, dtypes, device in kernels
+        if isinstance(launcher, LeanLauncher)
+    ]
+    if len(lean) < 2:
+        return  # nothing to overlap: the first call compiles
+    from triton import AsyncCompileMode
+
+    workers = min(len(lean), os.cpu_count() or 1, COMPILE_THREADS)
+    with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):
+        for launcher, dtypes, device in lean:
+            launcher.start(tuple(torch.empty(1, dtype=d, device=device) for d in dtypes))
 
 
 def _any(hook) -> bool:

@@ -1,0 +1,45 @@
+"""Compiling a graph's Triton kernels all at once, on threads (no GPU: a stand-in kernel)."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed")
+
+from torchkiln_inductor.codegen.triton_launch import LeanLauncher, compile_at_once
+
+
+class SlowKernel:
+    """A stand-in ``JITFunction``: ``warmup`` takes 0.2 s, in a worker when Triton's
+    ``AsyncCompileMode`` is active, as a real one does (it records where it ran)."""
+
+    def __init__(self):
+        self.compiled_on: list[str] = []
+
+    def warmup(self, *tensors, grid, num_warps, **meta):
+        from triton.runtime._async_compile import active_mode
+
+        def compile_now():
+            time.sleep(0.2)
+            self.compiled_on.append(threading.current_thread().name)
+            return "compiled kernel"
+
+        mode = active_mode.get()
+        if mode is None:
+            return compile_now()
+        return mode.submit(id(self), compile_now, lambda kernel: None, lambda future: None)
+
+
+def test_kernels_of_a_graph_compile_together_on_worker_threads():
+    kernels = [SlowKernel() for _ in range(4)]
+    launchers = [LeanLauncher(k, (1,), {"XBLOCK": 64}, num_warps=4) for k in kernels]
+    start = time.perf_counter()
+    compile_at_once([(launcher, (torch.float32, torch.int64), "cpu") for launcher in launchers])
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.6  # four compiles of 0.2 s overlapped
+    assert all(k.compiled_on and k.compiled_on[0] != "MainThread" for k in kernels)
+    for launcher in launchers:  # the first call with aligned pointers uses that compile
+        aligned = (True, True)
+        assert launcher._started[aligned].result() == "compiled kernel"
