@@ -1501,3 +1501,72 @@ def _prims_div(g, meta, a, b):
 @register(prims.where.default)
 def _prims_where(g, meta, cond, a, b):
     return _where(g, meta, cond, a, b)
+
+
+# ---------------------------------------------------------------------------
+# pooling
+# ---------------------------------------------------------------------------
+
+
+def _all_of(*conditions: Any) -> Any:
+    """ops value: every condition that is not ``None`` (``None`` if none is left)."""
+    kept = [c for c in conditions if c is not None]
+    if not kept:
+        return None
+    out = kept[0]
+    for c in kept[1:]:
+        out = ops.logical_and(out, c)
+    return out
+
+
+def _pair(v: Any, default: Any = None) -> tuple[int, int]:
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return _pair(default)
+        return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+    return (v, v)
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d(g, meta, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Each output is the max of its window, its index that of the first max (NaN wins), as
+    eager's kernels choose them: the window's taps are unrolled, taps in the padding skipped.
+    Inference reads only the values: the indices then cost nothing."""
+    (kh, kw), (sh, sw) = _pair(kernel_size), _pair(stride, kernel_size)
+    (ph, pw), (dh, dw) = _pair(padding), _pair(dilation)
+    values_meta = meta[0]
+    height, width = x.size[-2], x.size[-1]
+    load = x.loader()
+    work = compute_dtype(x.dtype)
+
+    def window(index, want_index: bool):
+        best = ops.constant(float("-inf"), work)
+        where_best = ops.constant(0, torch.int64)
+        found = ops.constant(False, torch.bool)
+        for i in range(kh):
+            for j in range(kw):
+                src = list(index)
+                src[-2] = index[-2] * sh + (i * dh - ph)
+                src[-1] = index[-1] * sw + (j * dw - pw)
+                inside = _all_of(_in_range(src[-2], 0, height), _in_range(src[-1], 0, width))
+                if inside is None:
+                    value = ops.to_dtype(load(src), work)
+                else:
+                    value = ops.masked(inside, lambda src=src: ops.to_dtype(load(src), work), 0)
+                better = ops.logical_or(ops.gt(value, best), ops.isnan(value))
+                take = ops.logical_or(ops.logical_not(found), better)
+                if inside is not None:
+                    take = ops.logical_and(inside, take)
+                best = ops.where(take, value, best)
+                if want_index:
+                    flat = ops.index_expr(src[-2] * width + src[-1], torch.int64)
+                    where_best = ops.where(take, flat, where_best)
+                found = ops.logical_or(found, take)
+        return where_best if want_index else ops.to_dtype(best, compute_dtype(values_meta.dtype))
+
+    size, cost = _size(values_meta), kh * kw * 3 + cost_of(x)
+    values = PointwiseValue(
+        size, values_meta.dtype, meta[0].device, lambda i: window(i, False), cost
+    )
+    indices = PointwiseValue(size, torch.int64, meta[1].device, lambda i: window(i, True), cost)
+    return [values, indices]

@@ -327,3 +327,53 @@ def test_stride_sensitive_aten_calls_get_the_strides_tracing_saw(monkeypatch):
         return op(padded)
 
     check(fn, torch.randn(5, 3))
+
+
+def _max_pool(kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    def fn(x):
+        return torch.ops.aten.max_pool2d_with_indices(
+            x, kernel, stride, padding, dilation, ceil_mode
+        )
+
+    return fn
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton"])
+@pytest.mark.parametrize(
+    "pool, shape",
+    [
+        (_max_pool([3, 3], [2, 2], [1, 1]), (2, 4, 9, 9)),  # ResNet's stem
+        (_max_pool([2, 2]), (2, 4, 8, 8)),
+        (_max_pool([3, 2], [1, 2], [1, 0], [2, 1], True), (3, 7, 9)),  # dilated, ceil, no batch
+    ],
+)
+def test_max_pool_values_and_indices_are_eager_s(pool, shape, cpu_backend, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if cpu_backend == "triton":
+        pytest.importorskip("triton", reason="triton is not installed")
+    x = torch.randn(shape)
+    x.view(-1)[3] = float("nan")  # NaN wins its windows
+    x.view(-1)[7:12] = float("-inf")
+    compiled = check(pool, x, cpu_backend=cpu_backend)
+    assert not compiled.fallbacks
+    ties = torch.zeros(shape)  # the first max of a window wins
+    check(pool, ties, cpu_backend=cpu_backend)
+
+
+def test_max_pool_training_matches_eager_through_eager_s_backward():
+    from torchkiln_inductor.backend import compile_graph
+
+    def fn(x, w):
+        y = F.conv2d(x, w, padding=1).relu()
+        return (F.max_pool2d(y, 3, 2, 1) * 2,)
+
+    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    (out,) = compile_graph(torch.fx.symbolic_trace(fn), [x, w])(x, w)
+    (expected,) = fn(x, w)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    grad = torch.randn_like(out)
+    for a, e in zip(
+        torch.autograd.grad(out, [x, w], grad), torch.autograd.grad(expected, [x, w], grad)
+    ):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
