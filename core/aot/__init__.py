@@ -36,7 +36,10 @@ The convention every compiler gets, forward, backward and inference alike:
   ``gm.meta["num_user_outputs"]`` counts the outputs before the saved values:
   those must have the strides eager gives them, the saved values may have
   any (a compiler that keeps them in its own layout, channels-last say,
-  avoids copying them back).
+  avoids copying them back). An inference graph's placeholders of parameters
+  and module buffers have ``meta["weight"] = True``: a compiler may fold them
+  as constants if it checks, on each call, that they are the same tensors
+  with the same ``_version``.
 * Backward graph: placeholders are the saved values, then the incoming
   gradients (contiguous, one per forward output that requires grad);
   outputs are the gradients of the inputs that require grad, in input order

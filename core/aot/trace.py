@@ -64,7 +64,17 @@ def trace_inference(
         traced = make_fx(forward, decomposition_table=decompositions, tracing_mode="fake")(
             fresh_copies(fake_inputs, mode)
         )
-    return _flatten_io(traced)
+    inference = _flatten_io(traced)
+    # the capture marks parameters and buffers; an inference graph passes on the marks of
+    # those it does not write (batch norm's running statistics in training mode), for a
+    # backend to fold (a training graph never: its weights change every step)
+    placeholders = zip(
+        gm.graph.find_nodes(op="placeholder"), inference.graph.find_nodes(op="placeholder")
+    )
+    for k, (source, node) in enumerate(placeholders):
+        if source.meta.get("weight") and k not in meta.mutated_inputs:
+            node.meta["weight"] = True
+    return inference
 
 
 @dataclass(frozen=True)

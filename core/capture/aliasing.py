@@ -38,10 +38,16 @@ def alias_base(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
 
 
-def _is_argument(source: str) -> bool:
+def is_argument(source: str) -> bool:
     """Tensors the caller passes, not a module's own parameters and buffers (those keep
     their identity from call to call; guarding them would cost a check per weight)."""
     return "._parameters[" not in source and "._buffers[" not in source
+
+
+def is_weight(source: str, value: torch.Tensor) -> bool:
+    """A parameter or a module's buffer, marked ``meta["weight"]`` on its placeholder: a
+    backend may fold it into what it compiles, guarding that it stays the same tensor."""
+    return isinstance(value, torch.nn.Parameter) or not is_argument(source)
 
 
 def guard_and_merge_aliases(output: OutputGraph) -> None:
@@ -49,7 +55,7 @@ def guard_and_merge_aliases(output: OutputGraph) -> None:
     replace each group of aliased inputs by a synthetic base."""
     if not output.mutates_inputs:
         return
-    arguments = [(s, v, n) for s, v, n in output.inputs if _is_argument(s)]
+    arguments = [(s, v, n) for s, v, n in output.inputs if is_argument(s)]
     if len(arguments) < 2:
         return
     guards = output.guards

@@ -98,15 +98,8 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
         if source:
             guards.type_is(source, type(value))
         return V.DictObjectVariable.from_real(out, value, source)
-    if type(value) is set:
-        if not all(V.is_constant_value(k) for k in value):
-            raise Unsupported("a set of non-constant values")
-        if source:
-            guards.type_is(source, set)
-            guards.add(
-                f"{source} == {guards.bind(frozenset(value), 'set')}", 2, f"{source} == {value!r}"
-            )
-        return V.SetVariable(value, source)
+    if type(value) in (set, frozenset):  # a frozenset of constants is a constant
+        return V.sets.from_real(out, value, source)
     if isinstance(value, GradModeRestore):
         if source:
             guards.type_is(source, GradModeRestore)
@@ -310,4 +303,10 @@ def _is_user_object(value: Any) -> bool:
         return True
     if is_stdlib(cls.__module__) or _is_torch(cls):
         return False
-    return hasattr(value, "__dict__")
+    return hasattr(value, "__dict__") or _has_only_slots(cls)
+
+
+def _has_only_slots(cls: type) -> bool:
+    """A class whose instances keep their attributes in ``__slots__``: every class of its MRO
+    but ``object`` declares them."""
+    return all("__slots__" in k.__dict__ for k in cls.__mro__[:-1])

@@ -46,7 +46,7 @@ def constant_result(result: Any) -> V.VariableTracker:
     if type(result) is dict:
         return V.DictVariable({k: constant_result(v) for k, v in result.items()})
     if type(result) is set:
-        return V.SetVariable(result)
+        return V.SetVariable(result)  # a set C code computed: its table is the real one
     if type(result) is tuple:
         return V.TupleVariable([constant_result(r) for r in result])
     raise Unsupported(f"a Python computation returned a {type(result).__name__}")
@@ -186,7 +186,7 @@ def _len(tx: Translator, obj: V.VariableTracker) -> V.VariableTracker:
     if isinstance(obj, (V.ContainerVariable, V.DictVariable)):
         return V.ConstantVariable(len(obj.items))
     if isinstance(obj, V.SetVariable):
-        return V.ConstantVariable(len(obj.values))
+        return V.ConstantVariable(len(obj.mirror))
     if isinstance(obj, V.DictViewVariable):
         return V.ConstantVariable(len(obj.mapping.items))
     if isinstance(obj, V.NNModuleVariable):
@@ -253,9 +253,11 @@ def _dict(
 
 
 def _set(tx: Translator, it: V.VariableTracker | None = None) -> V.VariableTracker:
-    return V.SetVariable(
-        {v.as_python_constant() for v in _iter_items(tx, it)} if it is not None else set()
-    )
+    return V.sets.construct(tx, set, it)
+
+
+def _frozenset(tx: Translator, it: V.VariableTracker | None = None) -> V.VariableTracker:
+    return V.sets.construct(tx, frozenset, it)
 
 
 def _iter(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
@@ -331,7 +333,22 @@ def _any_all(fn: Any) -> Any:
 def _abs(tx: Translator, x: V.VariableTracker) -> V.VariableTracker:
     if isinstance(x, V.TensorVariable):
         return tx.output.call_op("call_function", torch.abs, [x], {})
+    if isinstance(x, V.UserObjectVariable):
+        return V.dunders.unary(tx, x, "__abs__")
     return fold(abs, x.as_python_constant())
+
+
+def _hash(tx: Translator, x: V.VariableTracker) -> V.VariableTracker:
+    if isinstance(x, V.UserObjectVariable):
+        return V.dunders.hash_of(tx, x)
+    return _fold_reading(tx, hash, [x], {})
+
+
+def _bool(tx: Translator, *args: V.VariableTracker) -> V.VariableTracker:
+    """``bool(obj)`` runs the class's ``__bool__`` or ``__len__``; other values fold."""
+    if len(args) == 1 and isinstance(args[0], V.UserObjectVariable):
+        return V.ConstantVariable(tx.truth(args[0]))
+    return _scalar(bool)(tx, *args)
 
 
 def _getattr(
@@ -343,7 +360,7 @@ def _getattr(
     try:
         return tx.getattr(obj, name.as_python_constant())
     except Unsupported as e:
-        if default is not None and "has no attribute" in str(e):
+        if default is not None and V.is_missing_attribute(e):
             return default
         raise
 
@@ -356,6 +373,11 @@ def _setattr(
     tx: Translator, obj: V.VariableTracker, name: V.VariableTracker, value: V.VariableTracker
 ) -> V.VariableTracker:
     tx.store_attr(obj, name.as_python_constant(), value)
+    return V.ConstantVariable(None)
+
+
+def _delattr(tx: Translator, obj: V.VariableTracker, name: V.VariableTracker) -> V.VariableTracker:
+    tx.delete_attr(obj, name.as_python_constant())
     return V.ConstantVariable(None)
 
 
@@ -419,6 +441,16 @@ def _object_init(
     return V.ConstantVariable(None)
 
 
+def _object_new(
+    tx: Translator, cls: V.VariableTracker, *args: V.VariableTracker, **kwargs: V.VariableTracker
+) -> V.VariableTracker:
+    """``object.__new__(cls)`` (``super().__new__(cls)`` in a ``__new__``): a new object."""
+    klass = class_value(cls)
+    if not _is_plain_user_class(klass):
+        raise Unsupported(f"object.__new__ of {klass.__qualname__}")
+    return V.UserObjectVariable(None, cls=klass)
+
+
 def _print(tx: Translator, *args: Any, **kwargs: Any) -> V.VariableTracker:
     raise Unsupported("print() writes output")
 
@@ -440,6 +472,7 @@ _HANDLERS: dict[Any, Any] = {
     tuple: _tuple,
     dict: _dict,
     set: _set,
+    frozenset: _frozenset,
     iter: _iter,
     next: _next,
     reversed: _reversed,
@@ -452,16 +485,19 @@ _HANDLERS: dict[Any, Any] = {
     getattr: _getattr,
     hasattr: _hasattr,
     setattr: _setattr,
+    delattr: _delattr,
+    hash: _hash,
     type: _type,
     callable: _callable,
     int: _scalar(int),
     float: _scalar(float),
-    bool: _scalar(bool),
+    bool: _bool,
     str: _scalar(str),
     sorted: _sorted,
     map: _map,
     filter: _filter,
     object_init: _object_init,
+    object.__new__: _object_new,
     print: _print,
     id: _unsupported("id"),
     input: _unsupported("input"),
@@ -498,6 +534,7 @@ def python_function(fn: Any) -> Any:
         PYTHON_FUNCTIONS,
         V.records.PYTHON_FUNCTIONS,
         V.collection_types.PYTHON_FUNCTIONS,
+        V.assertions.PYTHON_FUNCTIONS,
     ):
         if fn in table:
             return table[fn]
@@ -505,15 +542,45 @@ def python_function(fn: Any) -> Any:
 
 
 def _is_plain_user_class(cls: type) -> bool:
-    """A Python class whose instances are plain objects: ``__new__`` is ``object``'s, no slots."""
+    """A Python class whose instances are plain objects: no base but ``object`` has a
+    ``__new__`` other than one in Python, and its metaclass calls ``__new__`` and ``__init__``
+    as ``type`` does."""
     if cls.__module__ in ("builtins",) or cls.__module__.startswith("torch"):
         return False
-    if (
-        issubclass(cls, (torch.nn.Module, BaseException, torch.Tensor))
-        or "__slots__" in cls.__dict__
-    ):
+    if issubclass(cls, (torch.nn.Module, BaseException, torch.Tensor)):
         return False
-    return all(k.__dict__.get("__new__") is None for k in cls.__mro__[:-1]) and type(cls) is type
+    if V.class_lookup(type(cls), "__call__") is not type.__call__:
+        return False
+    return all(_python_new(k) is not False for k in cls.__mro__[:-1])
+
+
+def _python_new(cls: type) -> types.FunctionType | bool | None:
+    """The ``__new__`` ``cls`` itself defines in Python, None if it defines none, False for any
+    other kind."""
+    new = cls.__dict__.get("__new__")
+    if new is None:
+        return None
+    if isinstance(new, staticmethod) and isinstance(new.__func__, types.FunctionType):
+        return new.__func__
+    return False
+
+
+def _construct_object(tx: Translator, cls: type, args: list, kwargs: dict) -> V.VariableTracker:
+    """``type.__call__``: ``__new__`` (a Python one inlined), then ``__init__`` if it made an
+    instance of ``cls``."""
+    new = next((n for n in map(_python_new, cls.__mro__[:-1]) if n is not None), None)
+    if new is None:
+        obj = V.UserObjectVariable(None, cls=cls)
+        if V.class_lookup(cls, "__init__") is object.__init__ and (args or kwargs):
+            raise Unsupported(f"{cls.__name__}() takes no arguments")
+    else:
+        obj = tx.inline_call(new, [V.ClassVariable(cls), *args], kwargs)
+        if not (isinstance(obj, V.UserObjectVariable) and issubclass(obj.python_type(), cls)):
+            return obj
+    init = V.class_lookup(cls, "__init__")
+    if isinstance(init, types.FunctionType):
+        tx.inline_call(init, [obj, *args], kwargs)
+    return obj
 
 
 def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.VariableTracker:
@@ -525,7 +592,7 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
             return constructors[cls](tx, *args, **kwargs)
     if polyfills.stand_in(cls) is not None:
         return call_polyfill(tx, cls, args, kwargs)
-    if cls in (range, slice, frozenset, complex, bytes) or cls in (
+    if cls in (range, slice, complex, bytes) or cls in (
         torch.Size,
         torch.device,
         torch.dtype,
@@ -558,13 +625,7 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
     if V.records.builds_natively(cls):
         return V.records.construct(tx, cls, args, kwargs)
     if _is_plain_user_class(cls):
-        obj = V.UserObjectVariable(None, cls=cls)
-        init = V.class_lookup(cls, "__init__")
-        if isinstance(init, types.FunctionType):
-            tx.inline_call(init, [obj, *args], kwargs)
-        elif args or kwargs:
-            raise Unsupported(f"{cls.__name__}() takes no arguments")
-        return obj
+        return _construct_object(tx, cls, args, kwargs)
     if issubclass(cls, BaseException):
         return V.exceptions.construct(tx, cls, args, kwargs)
     if issubclass(cls, torch.nn.Module):

@@ -115,12 +115,8 @@ class FrameCodegen:
             if hasattr(vt.cls, "_fields"):
                 return f"{cls}({items})"
             return f"{cls}(({items},))"
-        if isinstance(vt, (V.DictVariable, V.DequeVariable)):
+        if isinstance(vt, (V.DictVariable, V.DequeVariable, V.SetVariable)):
             return vt.reconstruct_literal(self)
-        if isinstance(vt, V.SetVariable):
-            if not vt.values:
-                return "set()"
-            return "{" + ", ".join(self.constant(v) for v in vt.values) + "}"
         raise Unsupported(f"cannot rebuild {vt.describe()}")
 
     def constant(self, value: Any) -> str:
@@ -140,6 +136,9 @@ class FrameCodegen:
                 self.statements.append(
                     f"setattr({obj.source}, {name!r}, {self.temp(self.reconstruct(value))})"
                 )
+            elif kind == "delattr":
+                _, obj, name = event
+                self.statements.append(f"delattr({obj.source}, {name!r})")
             elif kind == "cell":
                 _, contents_expr, value = event
                 self.statements.append(f"{contents_expr} = {self.temp(self.reconstruct(value))}")

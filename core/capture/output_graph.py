@@ -23,6 +23,7 @@ import torch
 import torch.fx
 
 from torchkiln.capture import variables as V
+from torchkiln.capture.aliasing import is_weight
 from torchkiln.capture.builder import build
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import COST_GLOBAL_STATE, GuardSet
@@ -71,6 +72,11 @@ class SideEffects:
         if obj.source is None:
             raise Unsupported(f"setattr on {obj.describe()} that has no source")
         self.events.append(("attr", obj, name, value))
+
+    def delete_attr(self, obj: V.VariableTracker, name: str) -> None:
+        if obj.source is None:
+            raise Unsupported(f"delattr on {obj.describe()} that has no source")
+        self.events.append(("delattr", obj, name))
 
     def store_cell(self, contents_expr: str, value: V.VariableTracker) -> None:
         self.events.append(("cell", contents_expr, value))
@@ -131,6 +137,7 @@ class OutputGraph:
             node = self.graph.placeholder(name)
         fake = self.fakes.from_tensor(value, source)
         node.meta["example_value"] = fake
+        node.meta["weight"] = is_weight(source, value)
         self._input_storages.add(_storage_id(fake))
         self.inputs.append((source, value, node))
         self.guards.tensor(source, value, fake)

@@ -51,6 +51,7 @@ import torch.fx as fx
 
 import torchkiln
 from torchkiln import config, logs
+from torchkiln.capture.aliasing import is_weight
 from torchkiln.capture.capture import CacheEntry
 from torchkiln.capture.graph_break import CallThroughDispatch, ResumeCall
 from torchkiln.capture.guards import Guard, GuardSet
@@ -424,7 +425,11 @@ def _entry_of(record: Record, fn: types.FunctionType, cfg: Any, args: tuple) -> 
     if record.graph is not None:
         gm = _graph_from_data(record.graph)
         read_inputs = eval(f"lambda {params}: [{', '.join(record.graph_args or ())}]", ns)
-        ns["___graph"] = cfg.compile_graph(gm, read_inputs(fn, *args))
+        inputs = read_inputs(fn, *args)
+        placeholders = gm.graph.find_nodes(op="placeholder")
+        for node, source, value in zip(placeholders, record.graph_args or (), inputs):
+            node.meta["weight"] = is_weight(source, value)
+        ns["___graph"] = cfg.compile_graph(gm, inputs)
         graphs.append(gm)
     eager = record.eager_reason
     return CacheEntry(

@@ -28,8 +28,15 @@ class GradModeRestore:
 
 
 def make_object(cls: type, attrs: dict) -> Any:
-    """An instance the compiled frame created: allocated without ``__init__``, attributes set."""
-    obj = cls.__new__(cls)
+    """An instance the compiled frame created: allocated without ``__init__`` (and without a
+    ``__new__`` of the class's own, which may need arguments: the nearest C one allocates),
+    attributes set."""
+    allocate = next(
+        k.__dict__["__new__"]
+        for k in cls.__mro__
+        if not isinstance(k.__dict__.get("__new__", staticmethod(None)), staticmethod)
+    )
+    obj = allocate(cls)
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
     return obj
@@ -59,3 +66,9 @@ def make_function(
     fn = types.FunctionType(code, globals_, code.co_name, defaults or None, closure or None)
     fn.__kwdefaults__ = kwdefaults or None
     return fn
+
+
+def set_entries(s: set | frozenset) -> tuple:
+    """A set's elements with their types, in its iteration order (what a set argument's guard
+    compares: ``{1} == {True}``, yet they print differently)."""
+    return tuple((type(v), v) for v in s)

@@ -237,6 +237,11 @@ class Translator:
             return
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()}")
 
+    def delete_attr(self, obj: V.VariableTracker, name: str) -> None:
+        if not isinstance(obj, V.UserObjectVariable):
+            raise Unsupported(f"deleting attribute {name!r} of {obj.describe()}")
+        obj.delattr(self, name)
+
     def call_function(self, fn: V.VariableTracker, args: list, kwargs: dict) -> V.VariableTracker:
         if isinstance(fn, V.ClassVariable) and fn.value is super:
             return self.make_super(args)
@@ -267,10 +272,8 @@ class Translator:
             and not hasattr(a.python_type(), f"__i{_DUNDER[base]}__")
         ):  # ``n += t`` on an int: no ``int.__iadd__``, so Python runs ``n = n + t``
             return self.binary_op(base, a, b)
-        if isinstance(a, V.UserObjectVariable):  # its own operator comes first, even with a tensor
-            method = f"__{'i' if inplace else ''}{_DUNDER[base]}__"
-            if V.class_lookup(a.cls, method) not in (V.MISSING, getattr(object, method, None)):
-                return self.call_function(self.getattr(a, method), [b], {})
+        if isinstance(a, V.UserObjectVariable) or isinstance(b, V.UserObjectVariable):
+            return V.dunders.binary(self, _DUNDER[base], inplace, a, b)
         if isinstance(a, V.TensorVariable) or isinstance(b, V.TensorVariable):
             return self.output.call_op("call_function", fn, [a, b], {})
         if a.is_constant() and b.is_constant():
@@ -300,16 +303,6 @@ class Translator:
             equal = self.equals(a, b)
             if equal is not None:
                 return V.ConstantVariable(equal == (symbol == "=="))
-        if isinstance(a, V.SetVariable) and isinstance(b, V.SetVariable):
-            if inplace:
-                self.output.side_effects.mutate(a)
-                a.values = fn(a.values, b.values)
-                return a
-            return (
-                V.SetVariable(fn(set(a.values), set(b.values)))
-                if base in "|&-^"
-                else V.ConstantVariable(fn(a.values, b.values))
-            )
         raise Unsupported(f"operator {symbol} on {a.describe()} and {b.describe()}")
 
     def equals(self, a: V.VariableTracker, b: V.VariableTracker) -> bool | None:
@@ -618,6 +611,9 @@ class Translator:
         value = self.pop()
         self.store_attr(obj, inst.argval, value)
 
+    def DELETE_ATTR(self, inst: dis.Instruction) -> None:
+        self.delete_attr(self.pop(), inst.argval)
+
     def IMPORT_NAME(self, inst: dis.Instruction) -> None:
         self.popn(2)
         module = sys.modules.get(inst.argval)
@@ -658,6 +654,8 @@ class Translator:
             self.push(self.output.call_op("call_function", fn, [value], {}))
         elif value.is_constant():
             self.push(fold(fn, value.as_python_constant()))
+        elif isinstance(value, V.UserObjectVariable):
+            self.push(V.dunders.unary(self, value, f"__{fn.__name__}__"))
         else:
             raise Unsupported(f"{fn.__name__} of {value.describe()}")
 
@@ -703,7 +701,7 @@ class Translator:
         if isinstance(container, V.DictVariable):
             found = item.as_python_constant() in container.items
         elif isinstance(container, V.SetVariable):
-            found = item.as_python_constant() in container.values
+            found = container.contains(self, item)
         elif isinstance(container, V.NNModuleVariable) and isinstance(
             container.value, torch.nn.ModuleDict
         ):
@@ -725,7 +723,12 @@ class Translator:
 
     def contains(self, container: V.VariableTracker, item: V.VariableTracker) -> bool:
         """``item in container`` for sequences and iterators: iterates until an item equals
-        ``item`` (``item_equals``: ``x in [x]`` is True by identity)."""
+        ``item`` (``item_equals``: ``x in [x]`` is True by identity); a user object's own
+        ``__contains__`` first."""
+        if isinstance(container, V.UserObjectVariable) and container.defines("__contains__"):
+            return self.truth(
+                self.call_function(self.getattr(container, "__contains__"), [item], {})
+            )
         iterator = container.make_iterator(self)
         while (value := iterator.next(self)) is not None:
             if self.item_equals(value, item):
@@ -800,7 +803,7 @@ class Translator:
         self.push(V.ListVariable(self.popn(inst.arg)))
 
     def BUILD_SET(self, inst: dis.Instruction) -> None:
-        self.push(V.SetVariable({v.as_python_constant() for v in self.popn(inst.arg)}))
+        self.push(V.sets.build_set(self, self.popn(inst.arg)))
 
     def BUILD_MAP(self, inst: dis.Instruction) -> None:
         flat = self.popn(2 * inst.arg)
@@ -852,7 +855,7 @@ class Translator:
 
     def SET_ADD(self, inst: dis.Instruction) -> None:
         value = self.pop()
-        self.stack[-inst.arg].values.add(value.as_python_constant())
+        self.stack[-inst.arg].call_method(self, "add", [value], {})
 
     def MAP_ADD(self, inst: dis.Instruction) -> None:
         value = self.pop()
@@ -865,9 +868,7 @@ class Translator:
 
     def SET_UPDATE(self, inst: dis.Instruction) -> None:
         seq = self.pop()
-        self.stack[-inst.arg].values.update(
-            v.as_python_constant() for v in self.unpack_iterable(seq)
-        )
+        self.stack[-inst.arg].call_method(self, "update", [seq], {})
 
     def DICT_UPDATE(self, inst: dis.Instruction) -> None:
         other = self.pop()

@@ -17,13 +17,17 @@ One module per family:
 | ``base`` | the protocol (``VariableTracker``), ``NULL``, ``ValueVariable`` (held by identity), ``IteratorVariable``, ``class_lookup`` |
 | ``constants`` | immutable values (``ConstantVariable``), slices with traced bounds |
 | ``tensors`` | ``TensorVariable``, guards on tensor state read in the frame, symbolic sizes (``SymNodeVariable``) |
-| ``containers`` | lists, tuples, dicts, mapping proxies, sets, dict views |
+| ``containers`` | lists, tuples, dicts, mapping proxies, dict views |
+| ``sets`` | sets and frozensets, iterated in CPython's own order |
 | ``collection_types`` | ``collections``: ``OrderedDict``, ``defaultdict``, ``Counter``, ``deque`` |
 | ``iterators`` | iterators over containers, ``map``/``filter``/``zip``/``enumerate``, generators |
 | ``functions`` | builtins, user and nested functions, methods, ``partial``, closure cells |
 | ``context_managers`` | ``contextlib`` managers, user ``__enter__``/``__exit__`` (grad mode: ``torch_objects``) |
 | ``exceptions`` | exceptions raised in traced code and ``Raised``, which carries one to its handler |
 | ``objects`` | Python modules, classes, user objects, ``super()`` |
+| ``descriptors`` | properties, slots and Python descriptors on a user object's class |
+| ``dunders`` | operators, ``hash`` where an operand is a user object |
+| ``assertions`` | ``unittest.TestCase.assert*`` called in traced code |
 | ``records`` | dataclasses and dict-backed user objects (``ModelOutput``), ``dataclasses.fields``... |
 | ``opaque`` | objects not traced into (C functions, TorchScript...) |
 | ``lookups`` | C methods and mapping lookups on real objects, answered at capture time |
@@ -43,6 +47,7 @@ from torchkiln.capture.variables.base import (
     ValueVariable,
     VariableTracker,
     class_lookup,
+    is_missing_attribute,
 )
 from torchkiln.capture.variables.collection_types import (
     CounterVariable,
@@ -63,7 +68,6 @@ from torchkiln.capture.variables.containers import (
     DictVariable,
     DictViewVariable,
     ListVariable,
-    SetVariable,
     TupleVariable,
 )
 from torchkiln.capture.variables.context_managers import NullContextVariable
@@ -94,6 +98,7 @@ from torchkiln.capture.variables.objects import (
 )
 from torchkiln.capture.variables.opaque import OpaqueVariable, TorchScriptVariable
 from torchkiln.capture.variables.records import DictObjectVariable, FieldVariable
+from torchkiln.capture.variables.sets import SetVariable
 from torchkiln.capture.variables.tensors import (
     SymNodeVariable,
     TensorVariable,
@@ -105,6 +110,10 @@ from torchkiln.capture.variables.torch_objects import (
     GradModeVariable,
     TorchFunctionVariable,
 )
+
+# isort: split
+# families read as ``V.<module>``, imported once the classes they use exist
+from torchkiln.capture.variables import assertions, descriptors, dunders  # noqa: F401
 
 __all__ = [
     "CONSTANT_TYPES",
@@ -159,6 +168,7 @@ __all__ = [
     "guard_tensor_state",
     "has_real_value",
     "is_constant_value",
+    "is_missing_attribute",
     "literal_repr",
     "real_value",
 ]

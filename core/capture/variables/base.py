@@ -39,7 +39,7 @@ class VariableTracker:
         try:
             tx.getattr(self, name)
         except Unsupported as e:
-            if "has no attribute" in str(e):
+            if is_missing_attribute(e):
                 return False
             raise
         return True
@@ -186,6 +186,16 @@ def class_lookup(cls: type, name: str) -> Any:
         if name in klass.__dict__:
             return klass.__dict__[name]
     return MISSING
+
+
+def is_missing_attribute(e: Unsupported) -> bool:
+    """Whether reading an attribute failed as ``AttributeError`` (which ``hasattr`` and
+    ``getattr`` with a default catch): one raised in traced code (``Raised``) or a tracker's
+    own "has no attribute"."""
+    exc = getattr(e, "exc", None)
+    if exc is not None:
+        return issubclass(exc.python_type(), AttributeError)
+    return "has no attribute" in str(e)
 
 
 def _defines_truth(cls: type) -> bool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchkiln.capture.variables import containers, functions
+from torchkiln.capture.variables import containers, functions, sets
 from torchkiln.capture.variables.base import VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -58,9 +58,11 @@ def is_constant_value(value: Any) -> bool:
 
 def has_real_value(vt: VariableTracker) -> bool:
     """Whether ``real_value`` can rebuild ``vt``: a constant, or a plain list, tuple, dict or
-    set of such."""
-    if vt.is_constant() or type(vt) is containers.SetVariable:
+    set of such (a set whose table is the real one: its order is then too)."""
+    if vt.is_constant():
         return True
+    if type(vt) is sets.SetVariable:
+        return vt.exact and all(map(is_constant_value, vt.mirror))
     if type(vt) in (containers.ListVariable, containers.TupleVariable):
         return vt.python_type() in (list, tuple) and all(has_real_value(i) for i in vt.items)
     if type(vt) is containers.DictVariable:
@@ -72,8 +74,8 @@ def real_value(vt: VariableTracker) -> Any:
     """A new real copy of ``vt`` (see ``has_real_value``), for a pure function that only reads it."""
     if vt.is_constant():
         return vt.as_python_constant()
-    if isinstance(vt, containers.SetVariable):
-        return set(vt.values)
+    if isinstance(vt, sets.SetVariable):
+        return vt.mirror  # not a copy: a copy's table, and order, may differ
     if isinstance(vt, containers.DictVariable):
         return {k: real_value(v) for k, v in vt.items.items()}
     return vt.python_type()(real_value(i) for i in vt.items)
@@ -114,9 +116,12 @@ class ConstantVariable(VariableTracker):
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         try:
-            return [ConstantVariable(v) for v in self.value]
+            values = list(self.value)
         except TypeError as e:
             raise Unsupported(f"iterating over {type(self.value).__name__}") from e
+        if isinstance(self.value, frozenset) and len(values) > 1:
+            sets.guard_hashes(tx, values)  # its order follows hashes
+        return [ConstantVariable(v) for v in values]
 
     def truth(self, tx: Translator) -> bool:
         return bool(self.value)

@@ -1,4 +1,4 @@
-"""Lists, tuples (and namedtuples, structseqs), dicts, read-only mappings, sets and dict views.
+"""Lists, tuples (and namedtuples, structseqs), dicts, read-only mappings and dict views.
 
 A container with a source that the frame mutates is logged in ``side_effects`` and
 written back after the graph ran.
@@ -6,11 +6,10 @@ written back after the graph ran.
 
 from __future__ import annotations
 
-import operator
 import types
 from typing import TYPE_CHECKING, Any
 
-from torchkiln.capture.variables import constants, exceptions, functions, iterators, tensors
+from torchkiln.capture.variables import constants, exceptions, functions, iterators, sets, tensors
 from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -311,56 +310,6 @@ class ReadOnlyDictVariable(DictVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
-class SetVariable(VariableTracker):
-    """A set of constants (its elements are tracked as Python values)."""
-
-    def __init__(self, values: set, source: str | None = None):
-        self.values = set(values)
-        self.source = source
-
-    def python_type(self) -> type:
-        return set
-
-    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
-        return method_of(self, name)
-
-    def write_back(self, codegen: Any, new: str) -> list[str]:
-        return [f"{self.source}.clear()", f"{self.source}.update({new})"]
-
-    def truth(self, tx: Translator) -> bool:
-        return bool(self.values)
-
-    def unpack(self, tx: Translator) -> list[VariableTracker]:
-        return [constants.ConstantVariable(v) for v in self.values]
-
-    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
-        consts = [a.as_python_constant() for a in args]
-        if name in ("add", "discard", "remove", "update", "clear", "pop"):
-            tx.output.side_effects.mutate(self)
-        if name in ("add", "discard", "remove", "clear"):
-            getattr(self.values, name)(*consts)
-        elif name == "update":
-            for c in consts:
-                self.values.update(c)
-        elif name in (
-            "union",
-            "intersection",
-            "difference",
-            "issubset",
-            "issuperset",
-            "__contains__",
-        ):
-            result = getattr(self.values, name)(*consts)
-            return (
-                SetVariable(result)
-                if isinstance(result, set)
-                else constants.ConstantVariable(result)
-            )
-        else:
-            raise Unsupported(f"set.{name}")
-        return constants.ConstantVariable(None)
-
-
 def _dict_entries(mapping: DictVariable, kind: str) -> list[VariableTracker]:
     """What iterating ``mapping.<kind>()`` gives now."""
     if kind == "keys":
@@ -397,35 +346,8 @@ class DictViewVariable(VariableTracker):
     def binary(
         self, tx: Translator, symbol: str, other: VariableTracker, reflected: bool
     ) -> VariableTracker | None:
-        """``keys()`` and ``items()`` are sets: ``&``, ``|``, ``-``, ``^`` give a set, comparisons
-        a bool; the other side is any iterable (a set, a list, another view)."""
-        if self.kind == "values" or symbol not in VIEW_OPERATORS:
-            return None
-        mine = {entry.as_python_constant() for entry in self.unpack(tx)}
-        theirs = other_entries(tx, other)
-        if symbol in ("&", "|", "-", "^"):
-            theirs = set(theirs)
-        elif not isinstance(other, (DictViewVariable, SetVariable)):
-            return None  # ``keys() < [1]`` is a TypeError, ``keys() == [1]`` False: not modelled
-        a, b = (theirs, mine) if reflected else (mine, theirs)
-        result = VIEW_OPERATORS[symbol](a, b)
-        return (
-            SetVariable(result) if isinstance(result, set) else constants.ConstantVariable(result)
-        )
+        """``keys()`` and ``items()`` are sets: their operators are ``sets.view_binary``."""
+        return sets.view_binary(tx, self, symbol, other, reflected)
 
     def reconstruct(self, codegen: Any) -> str:
         return f"{codegen.reconstruct(self.mapping)}.{self.kind}()"
-
-
-VIEW_OPERATORS = {
-    "&": operator.and_, "|": operator.or_, "-": operator.sub, "^": operator.xor,
-    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-    ">": operator.gt, ">=": operator.ge,
-}  # fmt: skip
-
-
-def other_entries(tx: Translator, other: VariableTracker) -> set:
-    """The constants in ``other``, the second operand of a dict view's set operator."""
-    if isinstance(other, SetVariable):
-        return set(other.values)
-    return {entry.as_python_constant() for entry in tx.unpack_iterable(other)}

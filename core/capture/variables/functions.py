@@ -65,6 +65,8 @@ class UserFunctionVariable(ValueVariable):
             if self.source:
                 tx.output.guards.identity(f"{self.source}.__code__", code)
             return constants.ConstantVariable(code)
+        if name in self.value.__dict__ and self.source:  # ``__wrapped__``, user attributes
+            return tx.output.wrap(self.value.__dict__[name], f"{self.source}.{name}")
         raise Unsupported(f"attribute {name!r} of function {self.value.__qualname__}")
 
 
@@ -133,6 +135,9 @@ class UserMethodVariable(VariableTracker):
 
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         if isinstance(self.fn, types.FunctionType):
+            handler = builtins.python_function(self.fn)
+            if handler is not None:  # modelled, not inlined (``unittest``'s assertions)
+                return handler(tx, self.obj, *args, **kwargs)
             return tx.inline_call(self.fn, [self.obj, *args], kwargs)
         return tx.output.wrap(self.fn, None).call(tx, [self.obj, *args], kwargs)
 

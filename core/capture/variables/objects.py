@@ -8,8 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from torchkiln.capture import builtins, variables
 from torchkiln.capture.runtime import make_object
-from torchkiln.capture.variables import constants, containers, functions, lookups
-from torchkiln.capture.variables.base import MISSING, ValueVariable, VariableTracker, class_lookup
+from torchkiln.capture.variables import constants, containers, descriptors, functions, lookups
+from torchkiln.capture.variables.base import (
+    MISSING,
+    IteratorVariable,
+    ValueVariable,
+    VariableTracker,
+    class_lookup,
+)
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -58,6 +64,10 @@ class ClassVariable(ValueVariable):
             raise Unsupported(f"class {self.value.__name__} has no attribute {name!r}") from e
         if value is object.__setattr__:
             return PlainSetattrVariable()
+        if value is object.__new__:
+            return functions.BuiltinVariable(object.__new__)
+        if value is object.__getattribute__:
+            return PlainGetattributeVariable()
         if isinstance(value, staticmethod):
             value = value.__func__
         elif isinstance(value, classmethod):
@@ -80,6 +90,8 @@ class UserObjectVariable(ValueVariable):
         super().__init__(value, source)
         self.cls = cls if cls is not None else type(value)
         self.attrs: dict[str, VariableTracker] = dict(attrs or {})
+        self.deleted: set[str] = set()  # attributes of the real object the frame deleted
+        self.read_dict: VariableTracker | None = None  # the real object's ``__dict__``, once read
 
     def python_type(self) -> type:
         return self.cls
@@ -88,19 +100,49 @@ class UserObjectVariable(ValueVariable):
         return f"{self.cls.__name__} object"
 
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """``obj.name``: the class's ``__getattribute__`` (``object``'s, or one in Python,
+        inlined), then its ``__getattr__`` if that raised ``AttributeError``."""
+        getattribute = class_lookup(self.cls, "__getattribute__")
+        key = constants.ConstantVariable(name)
+        try:
+            if isinstance(getattribute, types.FunctionType):
+                return tx.inline_call(getattribute, [self, key], {})
+            return self.generic_getattr(tx, name)
+        except variables.exceptions.Raised as e:
+            getattr_fn = class_lookup(self.cls, "__getattr__")
+            if getattr_fn is MISSING or not issubclass(e.exc.python_type(), AttributeError):
+                raise
+            if not isinstance(getattr_fn, types.FunctionType):
+                raise Unsupported(f"{self.describe()}.{name}: its __getattr__ is not traced") from e
+            return tx.inline_call(getattr_fn, [self, key], {})
+
+    def generic_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """``object.__getattribute__``: data descriptors, then the instance's attributes, then
+        the class's (methods bound, descriptors run); else ``AttributeError``."""
+        class_attr = class_lookup(self.cls, name)
+        if descriptors.is_data_descriptor(class_attr):
+            return descriptors.access(tx, "get", self, name, self.class_member(tx, name), [])
         if name in self.attrs:
             return self.attrs[name]
-        if name == "__dict__" and self.value is None:
-            instance_dict = containers.DictVariable({})
-            instance_dict.items = self.attrs  # the same dict: a write to either shows in both
-            return instance_dict
-        class_attr = class_lookup(self.cls, name)
-        if isinstance(class_attr, property):
-            return tx.output.wrap(class_attr.fget, None).call(tx, [self], {})
-        if self.value is not None and name in getattr(self.value, "__dict__", {}):
+        if name == "__dict__":
+            return self.instance_dict(tx)
+        if self.read_dict is not None:  # ``attrs`` holds the whole instance dict now
+            return (
+                self.missing(tx, name)
+                if class_attr is MISSING
+                else self.class_attribute(tx, name, class_attr)
+            )
+        if self.value is not None and name not in self.deleted and name in _instance_dict(self):
             return tx.output.wrap(
                 self.value.__dict__[name], f"{self.source}.{name}" if self.source else None
             )
+        if class_attr is MISSING:
+            return self.missing(tx, name)
+        return self.class_attribute(tx, name, class_attr)
+
+    def class_attribute(self, tx: Translator, name: str, class_attr: Any) -> VariableTracker:
+        """``obj.name`` found on the class only: a method bound, a descriptor run, or the
+        value."""
         if self.value is not None and isinstance(
             class_attr, (types.FunctionType, staticmethod, classmethod)
         ):
@@ -115,22 +157,88 @@ class UserObjectVariable(ValueVariable):
             return tx.output.wrap(class_attr.__func__, None)
         if isinstance(class_attr, classmethod):
             return functions.UserMethodVariable(class_attr.__func__, ClassVariable(self.cls))
-        if class_attr is not MISSING:
-            if hasattr(class_attr, "__get__"):  # slots, cached_property...: read natively
-                raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
-            # read through the instance: an instance attribute set later, or a class
-            # attribute changed, is then seen by the guards
-            source = f"{self.source}.{name}" if self.source and self.value is not None else None
-            return tx.output.wrap(class_attr, source)
-        if self.source:
-            tx.output.guards.add(
-                f"not hasattr({self.source}, {name!r})", 2, f"{self.source} has no {name!r}"
-            )
+        if descriptors.python_hook(class_attr, "__get__") is not None:
+            return descriptors.access(tx, "get", self, name, self.class_member(tx, name), [])
+        if hasattr(class_attr, "__get__"):  # cached_property...: not traced
+            raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
+        # read through the instance: an instance attribute set later, or a class
+        # attribute changed, is then seen by the guards
+        source = f"{self.source}.{name}" if self.source and self.value is not None else None
+        return tx.output.wrap(class_attr, source)
+
+    def class_member(self, tx: Translator, name: str) -> VariableTracker:
+        """The class attribute ``name`` (a descriptor), guarded to stay the same one."""
+        if self.value is None or not self.source:
+            return tx.output.wrap(class_lookup(self.cls, name), None)
+        tx.output.guard_class_member(self, name)
+        index = next(i for i, k in enumerate(self.cls.__mro__) if name in k.__dict__)
+        source = f"type({self.source}).__mro__[{index}].__dict__[{name!r}]"
+        return tx.output.wrap(self.cls.__mro__[index].__dict__[name], source)
+
+    def instance_dict(self, tx: Translator) -> VariableTracker:
+        """``obj.__dict__``: one dict with ``attrs`` (a write to either shows in both). A real
+        object's is read through its source (its keys guarded), before the frame changes it."""
+        if self.value is None:
+            instance_dict = containers.DictVariable({})
+            instance_dict.items = self.attrs
+            return instance_dict
+        if self.read_dict is None:
+            if self.attrs or self.deleted or not self.source:
+                raise Unsupported(f"__dict__ of {self.describe()} the frame changed")
+            self.read_dict = tx.output.wrap(self.value.__dict__, f"{self.source}.__dict__")
+            self.attrs = self.read_dict.items
+        return self.read_dict
+
+    def missing(self, tx: Translator, name: str) -> VariableTracker:
+        """``name`` is neither the object's nor its class's: Python's ``AttributeError`` (on
+        which ``var_getattr`` runs the class's ``__getattr__``), guarded to stay missing."""
         reason = f"{self.describe()} has no attribute {name!r}"
-        if class_lookup(self.cls, "__getattr__") is not MISSING:
-            raise Unsupported(reason)  # its own ``__getattr__`` would run (not traced here)
+        if self.read_dict is not None:  # the frame may have removed it from the real dict
+            raise Unsupported(reason)
+        if self.source and self.value is not None and name not in self.deleted:
+            if class_lookup(self.cls, "__getattr__") is MISSING:
+                tx.output.guards.add(
+                    f"not hasattr({self.source}, {name!r})", 2, f"{self.source} has no {name!r}"
+                )
+            else:  # ``hasattr`` would run ``__getattr__``: where the name is not, instead
+                tx.output.guard_class_member(self, name)
         message = f"{self.cls.__name__!r} object has no attribute {name!r}"
         raise variables.exceptions.error(AttributeError, message, reason=reason)
+
+    def slot(self, tx: Translator, kind: str, name: str, args: list) -> VariableTracker:
+        """A ``__slots__`` attribute: read, set or deleted in the object's own storage."""
+        if kind == "set":
+            self.store_plain(tx, name, args[0])
+        elif kind == "delete":
+            self.delete_plain(tx, name)
+        elif name in self.attrs:
+            return self.attrs[name]
+        elif self.value is None or name in self.deleted or not hasattr(self.value, name):
+            return self.missing(tx, name)
+        else:
+            return tx.output.wrap(
+                getattr(self.value, name), f"{self.source}.{name}" if self.source else None
+            )
+        return constants.ConstantVariable(None)
+
+    def defines(self, name: str) -> bool:
+        """Whether the class defines ``name`` in Python (a method the protocols inline)."""
+        return isinstance(class_lookup(self.cls, name), types.FunctionType)
+
+    def make_iterator(self, tx: Translator) -> VariableTracker:
+        """``iter(obj)``: the class's ``__iter__``, which must give an iterator traced here
+        (a generator, ``iter()`` of a container...)."""
+        if not self.defines("__iter__"):
+            return super().make_iterator(tx)
+        iterator = tx.call_function(self.var_getattr(tx, "__iter__"), [], {})
+        if not isinstance(iterator, IteratorVariable):
+            raise Unsupported(f"iter() of {self.describe()} gave {iterator.describe()}")
+        return iterator
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        if not self.defines("__iter__"):
+            return super().unpack(tx)
+        return self.make_iterator(tx).unpack(tx)
 
     def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
         """``with obj:`` for a class with ``__enter__`` and ``__exit__`` in Python: both inlined."""
@@ -159,27 +267,67 @@ class UserObjectVariable(ValueVariable):
         """``attr``, a C method (or a lookup) of the class, bound to this object."""
         if attr is object.__setattr__:
             return PlainSetattrVariable(self)
+        if attr is object.__getattribute__:
+            return PlainGetattributeVariable(self)
         return lookups.method_of_real_object(tx, attr, self)
 
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
         """``self.name = value``: through the class's own ``__setattr__`` for an object the
-        frame built (one read from outside keeps its attributes' write-back)."""
+        frame built (on one read from outside, the write-back would run it a second time),
+        a data descriptor's setter, else stored."""
         setattr_fn = class_lookup(self.cls, "__setattr__")
-        if self.value is None and isinstance(setattr_fn, types.FunctionType):
+        if isinstance(setattr_fn, types.FunctionType):
+            if self.value is not None:
+                raise Unsupported(f"setting {name!r} on {self.describe()}: it has __setattr__")
             tx.inline_call(setattr_fn, [self, constants.ConstantVariable(name), value], {})
-            return
-        self.store_plain(tx, name, value)
+        elif descriptors.is_data_descriptor(class_lookup(self.cls, name)):
+            descriptors.access(tx, "set", self, name, self.class_member(tx, name), [value])
+        else:
+            self.store_plain(tx, name, value)
+
+    def delattr(self, tx: Translator, name: str) -> None:
+        """``del self.name``: a data descriptor's deleter, else the attribute is removed."""
+        if isinstance(class_lookup(self.cls, "__delattr__"), types.FunctionType):
+            raise Unsupported(f"deleting {name!r} of {self.describe()}: it has __delattr__")
+        if descriptors.is_data_descriptor(class_lookup(self.cls, name)):
+            descriptors.access(tx, "delete", self, name, self.class_member(tx, name), [])
+        else:
+            self.delete_plain(tx, name)
 
     def store_plain(self, tx: Translator, name: str, value: VariableTracker) -> None:
         """``object.__setattr__(self, name, value)``."""
         if self.value is not None:
             tx.output.side_effects.store_attr(self, name, value)
         self.attrs[name] = value
+        self.deleted.discard(name)
+
+    def delete_plain(self, tx: Translator, name: str) -> None:
+        """``object.__delattr__(self, name)``: the frame's own value, or the real object's
+        (that it has one is guarded); Python's ``AttributeError`` where there is none."""
+        exists = name in self.attrs
+        if not exists and self.value is not None and name not in self.deleted:
+            if isinstance(class_lookup(self.cls, name), types.MemberDescriptorType):
+                exists, check = hasattr(self.value, name), f"hasattr({self.source}, {name!r})"
+            else:
+                exists, check = name in _instance_dict(self), f"{name!r} in {self.source}.__dict__"
+            if self.source:
+                tx.output.guards.add(f"({check}) is {exists!r}", 2, f"{check} is {exists!r}")
+        if not exists:
+            message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise variables.exceptions.error(AttributeError, message, reason=message)
+        self.attrs.pop(name, None)
+        if self.value is not None:
+            tx.output.side_effects.delete_attr(self, name)
+            self.deleted.add(name)
 
     def reconstruct(self, codegen: Any) -> str:
         fields = ", ".join(f"{k!r}: {codegen.reconstruct(v)}" for k, v in self.attrs.items())
         make = codegen.bind(make_object, "make_object")
         return f"{make}({codegen.bind(self.cls, 'cls')}, {{{fields}}})"
+
+
+def _instance_dict(obj: UserObjectVariable) -> dict:
+    return getattr(obj.value, "__dict__", {})
 
 
 class PlainSetattrVariable(VariableTracker):
@@ -200,6 +348,20 @@ class PlainSetattrVariable(VariableTracker):
         return constants.ConstantVariable(None)
 
 
+class PlainGetattributeVariable(VariableTracker):
+    """``object.__getattribute__``, unbound or bound to ``obj`` (``super().__getattribute__``
+    in a class's own ``__getattribute__``): the generic lookup, without ``__getattr__``."""
+
+    def __init__(self, obj: VariableTracker | None = None):
+        self.obj = obj
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        obj, (name,) = (self.obj, args) if self.obj is not None else (args[0], args[1:])
+        if not isinstance(obj, UserObjectVariable) or kwargs:
+            raise Unsupported(f"object.__getattribute__ on {obj.describe()}")
+        return obj.generic_getattr(tx, name.as_python_constant())
+
+
 class SuperVariable(VariableTracker):
     """``super()`` (or ``super(cls, obj)``): attribute lookup starts after ``cls`` in the MRO."""
 
@@ -208,10 +370,17 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
-        mro = self.obj.python_type().__mro__
+        of_class = isinstance(self.obj, ClassVariable)  # in a classmethod or ``__new__``
+        mro = (self.obj.value if of_class else self.obj.python_type()).__mro__
+        if self.cls not in mro:
+            raise Unsupported(f"super({self.cls.__name__}, obj): obj is not of that class")
         for klass in mro[mro.index(self.cls) + 1 :]:
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
+                if attr is object.__new__:
+                    return functions.BuiltinVariable(object.__new__)
+                if of_class:
+                    return self.class_attribute(tx, name, attr)
                 if lookups.binds_to_real_object(attr) and isinstance(self.obj, UserObjectVariable):
                     return self.obj.native_method(tx, name, attr)
                 if lookups.binds_to_real_object(attr):
@@ -230,3 +399,14 @@ class SuperVariable(VariableTracker):
                     raise Unsupported(f"super().{name} is a {type(attr).__name__}")
                 return tx.output.wrap(attr, None)
         raise Unsupported(f"super() has no attribute {name!r}")
+
+    def class_attribute(self, tx: Translator, name: str, attr: Any) -> VariableTracker:
+        """``super().name`` where the object is a class: a classmethod is bound to it, a
+        function or static method is returned as it is."""
+        if isinstance(attr, classmethod):
+            return functions.UserMethodVariable(attr.__func__, self.obj)
+        if isinstance(attr, staticmethod):
+            attr = attr.__func__
+        if isinstance(attr, types.FunctionType) or not hasattr(attr, "__get__"):
+            return tx.output.wrap(attr, None)
+        raise Unsupported(f"super().{name} of a class is a {type(attr).__name__}")

@@ -326,3 +326,18 @@ def test_a_method_rebound_since_capture_is_not_loaded(persisted, monkeypatch):
     monkeypatch.setattr(Patched, "method", lambda self, x: x - 1)
     assert_close(torchkiln.compile(calls_patched_method, backend="eager")(x), x - 1)
     assert stats()["misses"] >= 1 and stats().get("hits", 0) == 0
+
+
+def test_a_loaded_capture_marks_parameters_and_buffers_as_weights(persisted):
+    """Backends may fold ``meta["weight"]`` placeholders (openvino's ``freeze_weights``)."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).eval()
+    marks = []
+    for _ in range(2):
+        torchkiln.reset()
+        torchkiln.compile(model, backend="eager")(torch.randn(4, 8))
+        (entry,) = frame_cache(type(model).forward.__code__).all_entries()
+        (gm,) = entry.graphs
+        marks.append([n.meta.get("weight") for n in gm.graph.find_nodes(op="placeholder")])
+    assert stats() == {"hits": 1}
+    # the input; linear's weight and bias; batch norm's weight, bias, mean and variance
+    assert marks == [[False] + [True] * 6] * 2

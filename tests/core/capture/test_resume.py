@@ -106,14 +106,17 @@ def test_unknown_instruction_runs_the_rest_uncompiled_after_the_prefix(backend):
 
     def fn(x, holder):
         y = x.sin()
-        del holder.tmp  # DELETE_ATTR is not traced
+
+        class Local:  # LOAD_BUILD_CLASS is not traced
+            pass
+
+        holder.made = Local
         return y.cos()
 
     holder = Holder()
-    holder.tmp = 1
     x = torch.randn(2)
     torch.testing.assert_close(torchkiln.compile(fn, backend=backend)(x, holder), x.sin().cos())
-    assert not hasattr(holder, "tmp")
+    assert holder.made.__name__ == "Local"
     assert backend.graph_count == 1
     assert sum(torchkiln.counters["graph_break"].values()) == 1
 
