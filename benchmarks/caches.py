@@ -37,6 +37,13 @@ def reset_compilers() -> None:
     if inductor_utils is not None:
         with contextlib.suppress(Exception):
             inductor_utils.clear_caches()
+    openvino_backend = sys.modules.get("openvino.frontend.pytorch.torchdynamo.backend")
+    if openvino_backend is not None:
+        # OpenVINO's torch.compile backend keeps compiled partitions by partition number,
+        # and the options of its last aot_autograd compile, for every later compile (its
+        # own reset() names a function backend.py does not import)
+        sys.modules["openvino.frontend.pytorch.torchdynamo.execute"].clear_caches()
+        openvino_backend.openvino_options = {}
     torchkiln = sys.modules.get("torchkiln")
     if torchkiln is not None:
         with contextlib.suppress(Exception):

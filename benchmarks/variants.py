@@ -7,11 +7,19 @@ Names on the command line (``--backends``):
   with its default backend, inductor;
 * ``kiln:NAME`` or ``kiln:NAME:MODE``, or just ``NAME[:MODE]``:
   ``torchkiln.compile(model, backend=NAME, mode=MODE)``. torchkiln's own
-  ``eager`` debug backend can only be named ``kiln:eager``.
+  ``eager`` debug backend can only be named ``kiln:eager``;
+* ``openvino.torch``: OpenVINO's own ``torch.compile(model, backend="openvino")``,
+  the anchor of the openvino plugin (it imports ``openvino.torch``).
+
+Any of the compiled ones takes options after a ``?``, ``&``-separated (values read as
+JSON, else as strings): ``kiln:openvino?precision=bf16&freeze_weights=true`` passes
+``options={"precision": "bf16", "freeze_weights": True}``; ``openvino.torch?precision=bf16``
+sets OpenVINO's ``INFERENCE_PRECISION_HINT`` (its other keys go to its ``options`` as given).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +29,7 @@ import torch
 EAGER = "eager"
 TORCH_COMPILE = "torch.compile"
 TORCHKILN = "torchkiln"
+OPENVINO_TORCH = "openvino.torch"
 CUDAGRAPH_MODE = "reduce-overhead"
 
 
@@ -32,6 +41,8 @@ class Variant:
     kind: str
     backend: str | None = None
     mode: str | None = None
+    #: The compile call's options, as (key, value) pairs.
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def replays_cuda_graphs(self) -> bool:
@@ -42,26 +53,53 @@ class Variant:
         """The compiled ``fn`` (compilers compile lazily, on the first call)."""
         if self.kind == EAGER:
             return fn
+        options = dict(self.options) or None
         if self.kind == TORCH_COMPILE:
-            return torch.compile(fn, mode=self.mode)
+            return torch.compile(fn, mode=self.mode, options=options)
+        if self.kind == OPENVINO_TORCH:
+            import openvino.torch  # noqa: F401  (registers the "openvino" torch.compile backend)
+
+            options = dict(self.options)
+            if "precision" in options:
+                options["config"] = {"INFERENCE_PRECISION_HINT": options.pop("precision")}
+            return torch.compile(fn, backend="openvino", options=options or None)
         import torchkiln
 
-        return torchkiln.compile(fn, backend=self.backend, mode=self.mode)
+        return torchkiln.compile(fn, backend=self.backend, mode=self.mode, options=options)
+
+
+def _options(text: str) -> tuple[tuple[str, Any], ...]:
+    """``a=1&b=bf16`` as ``(("a", 1), ("b", "bf16"))``: values read as JSON, else strings."""
+    pairs = []
+    for item in filter(None, text.split("&")):
+        key, equals, value = item.partition("=")
+        if not key or not equals:
+            raise ValueError(f"option {item!r} is not KEY=VALUE")
+        try:
+            pairs.append((key, json.loads(value)))
+        except json.JSONDecodeError:
+            pairs.append((key, value))
+    return tuple(pairs)
 
 
 def parse_variant(text: str) -> Variant:
     """A ``--backends`` entry as a Variant (see the module docstring for the forms)."""
-    name, _, mode = text.strip().partition(":")
-    if name == EAGER and not mode:
+    text, _, query = text.strip().partition("?")
+    options = _options(query)
+    suffix = f"?{query}" if options else ""
+    name, _, mode = text.partition(":")
+    if name == EAGER and not mode and not options:
         return Variant(EAGER, EAGER)
     if name == TORCH_COMPILE:
-        return Variant(text, TORCH_COMPILE, "inductor", mode or None)
+        return Variant(text + suffix, TORCH_COMPILE, "inductor", mode or None, options)
+    if name == OPENVINO_TORCH and not mode:
+        return Variant(text + suffix, OPENVINO_TORCH, "openvino", None, options)
     if name == "kiln":
         name, _, mode = mode.partition(":")
     if not name:
         raise ValueError(f"empty backend name in {text!r}")
-    label = f"kiln:{name}" + (f":{mode}" if mode else "")
-    return Variant(label, TORCHKILN, name, mode or None)
+    label = f"kiln:{name}" + (f":{mode}" if mode else "") + suffix
+    return Variant(label, TORCHKILN, name, mode or None, options)
 
 
 @dataclass(frozen=True)

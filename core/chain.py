@@ -11,7 +11,8 @@ backend; one whose compile raises goes, alone, to the next backend (with a warni
 The last backend runs every op (it declares no capabilities).
 
 ``TORCHKILN_LOGS=partitions`` prints each graph's plan; the compiled graph keeps it
-as ``.partition_plan``.
+as ``.partition_plan``. When every partial backend of the chain can store what it
+compiles, the plans go to the on-disk plan cache (``torchkiln.chain_cache``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -32,6 +33,9 @@ from torchkiln.aot.runtime import example_inputs_of
 from torchkiln.exc import InvalidBackendChain
 from torchkiln.partition import Partition, compute_nodes, group, split
 from torchkiln.plugin import Backend, Capabilities
+
+if TYPE_CHECKING:
+    from torchkiln.chain_cache import ChainStore
 
 log = logging.getLogger("torchkiln")
 
@@ -64,6 +68,13 @@ class Link:
                 )
             self._capabilities = caps.configure(self.options) if caps.configure else caps
         return self._capabilities
+
+    def compile(self, gm: fx.GraphModule, example_inputs: list) -> Callable:
+        """Compile one functional aten graph with this backend alone."""
+        with runtime_wrappers.suspended():  # the chain's own AOT layer applies them
+            if self.partial:
+                return self.capabilities().compile_partition(gm, example_inputs, **self.options)
+            return self.record.compile_fn(gm, example_inputs, **self.options)
 
 
 def check_order(links: Sequence[Link]) -> None:
@@ -142,6 +153,15 @@ class BackendChain:
         self.links = list(links)
         self.name = "+".join(link.name for link in self.links)
 
+    @functools.cached_property
+    def store(self) -> ChainStore | None:
+        """How the compiled graphs were made, for the plan cache (``torchkiln.chain_cache``);
+        ``None`` when a backend of the chain can't store them. Built on the first compile:
+        capabilities import their runtimes."""
+        from torchkiln.chain_cache import ChainStore
+
+        return ChainStore.create(self.links)
+
     def __call__(self, gm: fx.GraphModule, example_inputs: list) -> Callable:
         from torchkiln.aot import aot_autograd, default_decompositions
 
@@ -151,7 +171,8 @@ class BackendChain:
             f"{kind}_compiler": functools.partial(self.compile_graph, title=f"{title} graph")
             for kind, title in (("fw", "forward"), ("bw", "backward"), ("inference", "inference"))
         }
-        return aot_autograd(decompositions=table, **compilers)(gm, example_inputs)
+        cache = self.store.codec() if self.store is not None else None
+        return aot_autograd(decompositions=table, cache=cache, **compilers)(gm, example_inputs)
 
     def plan(self, gm: fx.GraphModule, start: int = 0, title: str = "graph") -> PartitionPlan:
         """Split ``gm`` among ``self.links[start:]`` (labels index ``self.links``)."""
@@ -208,25 +229,27 @@ class BackendChain:
         logs.artifact("partitions", "%s", plan)
         if len(plan.partitions) <= 1:
             label = plan.partitions[0].label if plan.partitions else len(self.links) - 1
-            return self._compile_part(gm, example_inputs, label, title)
-        split_gm = split(gm, plan.partitions)
-        for i, partition in enumerate(plan.partitions):
-            name = f"partition_{i}"
-            sub = split_gm.get_submodule(name)
-            compiled = self._compile_part(sub, example_inputs_of(sub), partition.label, name)
-            split_gm.add_submodule(name, _Compiled(compiled))
-        split_gm.partition_plan = plan
-        return split_gm
+            compiled = self._compile_part(gm, example_inputs, label, title)
+        else:
+            compiled = split(gm, plan.partitions)
+            for i, partition in enumerate(plan.partitions):
+                name = f"partition_{i}"
+                sub = compiled.get_submodule(name)
+                part = self._compile_part(sub, example_inputs_of(sub), partition.label, name)
+                compiled.add_submodule(name, CompiledPartition(part))
+            compiled.partition_plan = plan
+            if self.store is not None:
+                self.store.made_split(compiled)
+        if self.store is not None:
+            self.store.planned(compiled, plan)
+        return compiled
 
     def _compile_part(
         self, gm: fx.GraphModule, example_inputs: list, k: int, what: str
     ) -> Callable:
         link = self.links[k]
         try:
-            with runtime_wrappers.suspended():  # the chain's own AOT layer applies them
-                if link.partial:
-                    return link.capabilities().compile_partition(gm, example_inputs, **link.options)
-                return link.record.compile_fn(gm, example_inputs, **link.options)
+            compiled = link.compile(gm, example_inputs)
         except Exception as e:
             if not link.partial:
                 raise
@@ -241,9 +264,12 @@ class BackendChain:
                 ops,
             )
             return self.compile_graph(gm, example_inputs, start=k + 1, title=what)
+        if self.store is not None:
+            self.store.made_by(compiled, k, gm, example_inputs)
+        return compiled
 
 
-class _Compiled(torch.nn.Module):
+class CompiledPartition(torch.nn.Module):
     """A compiled partition, called by the split graph as its submodule."""
 
     def __init__(self, fn: Callable):

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -58,6 +58,9 @@ from torchkiln.disk_cache import (
     write_entry,
 )
 from torchkiln.options import check_options
+
+if TYPE_CHECKING:
+    from torchkiln.aot import ArtifactCodec
 
 PROJECT_NAME = "torchkiln"
 
@@ -137,6 +140,14 @@ class Capabilities:
     ``configure(options)``, if given, returns the capabilities under the options the
     backend compiles with (an option that turns ops off, say); the core calls it once
     per compiled model, before any graph is split.
+
+    ``codec`` (a :class:`torchkiln.aot.ArtifactCodec`), if given, stores compiled
+    partitions in the on-disk plan cache, so that a second process compiling the same
+    model converts nothing: ``dump(compiled)`` returns a picklable artifact (``None``:
+    this one can't be stored), ``load(artifact)`` the callable again, without converting;
+    ``salt`` names the code that made it (the plugin's source fingerprint, its runtime's
+    version). The core adds the backend's name and options to the key
+    (``torchkiln.chain_cache``).
     """
 
     compile_partition: Callable[..., Callable]
@@ -144,6 +155,7 @@ class Capabilities:
     supports: Callable[[Any], bool | str] | None = None
     decompositions: Callable[[], Mapping[Any, Callable]] | None = None
     configure: Callable[[Mapping[str, Any]], Capabilities] | None = None
+    codec: ArtifactCodec | None = None
 
     def __post_init__(self) -> None:
         if not self.ops and self.supports is None:

@@ -63,7 +63,8 @@ class ArtifactCodec:
 
     ``salt`` names everything besides the graph that decides what the backend
     produces (its name, options and code version); ``dump(compiled)`` returns
-    a picklable artifact or ``None``; ``load(artifact)`` returns the callable.
+    a picklable artifact, or ``None`` (or raises ``torchkiln.disk_cache.Uncacheable``
+    saying why) when it can't be stored; ``load(artifact)`` returns the callable.
     """
 
     salt: str
@@ -71,18 +72,18 @@ class ArtifactCodec:
     load: Callable[[Any], Callable]
 
 
-def _describe(value: object) -> str:
+def describe(value: object) -> str:
     """A node argument as text that means the same thing in every process."""
     if isinstance(value, fx.Node):
         return f"%{value.name}"
     if value is None or value is Ellipsis or isinstance(value, (bool, int, float, str)):
         return repr(value)
     if isinstance(value, (tuple, list)):
-        return f"{type(value).__name__}({','.join(_describe(v) for v in value)})"
+        return f"{type(value).__name__}({','.join(describe(v) for v in value)})"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_describe(k)}:{_describe(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{describe(k)}:{describe(v)}" for k, v in value.items()) + "}"
     if isinstance(value, slice):
-        return f"slice({_describe(value.start)},{_describe(value.stop)},{_describe(value.step)})"
+        return f"slice({describe(value.start)},{describe(value.stop)},{describe(value.step)})"
     if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
         return repr(value)
     if isinstance(value, torch.Tensor):
@@ -114,13 +115,13 @@ def graph_fingerprint(gm: fx.GraphModule) -> str:
             value: object = gm
             for part in str(target).split("."):
                 value = getattr(value, part)
-            target = _describe(value)
+            target = describe(value)
         elif node.op == "call_module":
             raise Uncacheable("the graph calls a submodule")
         elif not isinstance(target, str):
             target = stable_name(target)
         lines.append(
-            f"{node.name}={node.op}[{target}]({_describe(node.args)};{_describe(node.kwargs)})"
+            f"{node.name}={node.op}[{target}]({describe(node.args)};{describe(node.kwargs)})"
         )
     return "\n".join(lines)
 
@@ -132,7 +133,7 @@ def inputs_fingerprint(args: list) -> str:
     parts = []
     for i, a in enumerate(args):
         if not isinstance(a, torch.Tensor):
-            parts.append(_describe(a))
+            parts.append(describe(a))
             continue
         _require_real(a, f"input {i}")
         storage = storages.setdefault(a.untyped_storage()._cdata, i)
@@ -152,6 +153,17 @@ def _global_state() -> str:
     )
 
 
+#: The namespaces whose decompositions the key names: torch registers the others (the
+#: collectives' ``c10d_functional``, test ops) when a module is imported, which one process
+#: may have done before compiling and another not; they change nothing for a graph that
+#: doesn't call those ops, and one that does names them itself.
+KEYED_NAMESPACES = ("aten", "prims")
+
+
+def _keyed(op: object) -> bool:
+    return str(op).partition(".")[0] in KEYED_NAMESPACES  # aten.add.Tensor, aten.add
+
+
 class PlanCache:
     """Looks up and stores the plans of one ``aot_autograd`` backend."""
 
@@ -162,7 +174,7 @@ class PlanCache:
         partition_fn: Callable,
     ) -> None:
         self.codec = codec
-        ops = ",".join(sorted(str(op) for op in decompositions or ()))
+        ops = ",".join(sorted(str(op) for op in decompositions or () if _keyed(op)))
         self._fixed = "\0".join(
             (
                 str(FORMAT),
@@ -247,7 +259,11 @@ class PlanCache:
         """Store an entry; a plan that can't be stored still runs, so failures are only logged."""
         for graph in ("forward", "backward"):
             if graph in entry:
-                entry[graph] = self.codec.dump(entry[graph])
+                try:
+                    entry[graph] = self.codec.dump(entry[graph])
+                except Uncacheable as e:
+                    _not_cached(f"its {graph} graph: {e}")
+                    return
                 if entry[graph] is None:
                     _not_cached(f"the backend can't store its {graph} graph")
                     return

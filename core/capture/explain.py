@@ -4,6 +4,10 @@ It runs ``fn`` once through the dispatcher with a recording backend of its
 own (so it neither uses nor fills the entries of other compiles) and
 reports every graph, every graph break with its reason and ``file:line``,
 the ops of each graph and the guards of each entry created.
+
+``explain(fn, backend=...)`` also compiles each graph with that backend and, for one
+that declares capabilities or a chain (``["onnxrt", "inductor"]``), reports each
+compiled graph's partition plan: which ops went to which backend, and why.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from torchkiln.capture import cache
 from torchkiln.capture.capture import CacheEntry
 from torchkiln.exc import Unsupported
+
+if TYPE_CHECKING:
+    from torchkiln.chain import BackendChain, PartitionPlan
 
 
 @dataclass
@@ -26,6 +33,10 @@ class ExplainOutput:
     break_reasons: list[Unsupported] = field(default_factory=list)
     guards: list[str] = field(default_factory=list)
     eager_reasons: list[Unsupported] = field(default_factory=list)
+    #: For each graph, how its forward, backward or inference graphs were split among
+    #: the backends of a chain (a backward graph is compiled when ``fn`` runs backward);
+    #: empty lists without a backend, or for one that runs whole graphs.
+    partition_plans: list[list[PartitionPlan]] = field(default_factory=list)
 
     @property
     def graph_count(self) -> int:
@@ -64,11 +75,25 @@ class ExplainOutput:
             lines.append(f"  graph {i}: {len(ops)} ops: {names}")
         lines.append(f"Guards ({len(self.guards)}):")
         lines += [f"  - {g}" for g in self.guards]
+        if any(self.partition_plans):
+            lines.append("Partition plans:")
+            for i, plans in enumerate(self.partition_plans):
+                lines.append(f"  graph {i}:")
+                lines += ["    " + line for plan in plans for line in str(plan).splitlines()]
         return "\n".join(lines)
 
 
-def explain(fn: Callable) -> Callable[..., ExplainOutput]:
-    """``explain(fn)(*args, **kwargs)`` runs ``fn`` once, captured, and returns an ``ExplainOutput``."""
+def explain(
+    fn: Callable, backend: Any = None, options: dict[str, Any] | None = None
+) -> Callable[..., ExplainOutput]:
+    """``explain(fn)(*args, **kwargs)`` runs ``fn`` once, captured, and returns an ``ExplainOutput``.
+
+    Without ``backend`` the graphs run as captured; with one (what ``compile`` takes, with
+    its ``options``) they are compiled by it, and a chain's partition plans are reported.
+    """
+    if backend is None and options is not None:
+        raise TypeError("explain(fn, options=...) needs backend=: the options are that backend's")
+    _compiler(backend, options, [])  # a wrong backend or option fails here, not on the first call
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
@@ -76,7 +101,9 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
 
         def record_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             result.graphs.append(gm)
-            return gm.forward
+            result.partition_plans.append([])
+            compile_graph = _compiler(backend, options, result.partition_plans[-1])
+            return gm.forward if compile_graph is None else compile_graph(gm, example_inputs)
 
         def record_entry(entry: CacheEntry) -> None:
             result.break_reasons.extend(entry.break_reasons)
@@ -93,3 +120,36 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
         return result
 
     return run
+
+
+def _compiler(backend: Any, options: Any, plans: list) -> Callable | None:
+    """``backend`` bound to ``options`` (None for none), recording a chain's plans in ``plans``.
+
+    One per graph, so that each graph's plans (its backward's too, compiled later) land in
+    its own list.
+    """
+    if backend is None:
+        return None
+    from torchkiln.api import resolve_backend
+    from torchkiln.chain import BackendChain
+
+    compiler = resolve_backend(backend, None, options)
+    if isinstance(compiler.compile_fn, BackendChain):
+        _record_plans(compiler.compile_fn, plans)
+    return compiler
+
+
+def _record_plans(chain: BackendChain, plans: list) -> None:
+    """Make ``chain`` (made for one graph of an explain call) append every plan it makes to ``plans``.
+
+    Its plan cache is off: a graph loaded from disk would be run without being planned.
+    """
+    chain.store = None
+    make_plan = chain.plan
+
+    def plan(*args: Any, **kwargs: Any) -> PartitionPlan:
+        made = make_plan(*args, **kwargs)
+        plans.append(made)
+        return made
+
+    chain.plan = plan  # type: ignore[method-assign]

@@ -2,7 +2,9 @@
 
 ``compile_aten_graph`` is what ``torchkiln.aot.aot_autograd`` calls for the
 forward graph and for the backward graph: convert to ONNX, optionally dump
-the model, open an onnxruntime session on the inputs' device.
+the model, open an onnxruntime session on the inputs' device. On the CPU
+provider, bfloat16 and float16 ops compute in float32 inside the model (the
+provider has kernels for few of them), each rounded back as eager does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from torchkiln import logs
 from torchkiln.aot import keep_whole
 from torchkiln_onnxrt import ops_attention, ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401 (registers converters)
 from torchkiln_onnxrt.converter import convert_graph
-from torchkiln_onnxrt.runtime import OnnxRuntimeGraph, graph_device
+from torchkiln_onnxrt.dtypes import LOW_PRECISION
+from torchkiln_onnxrt.runtime import OnnxRuntimeGraph, graph_device, session_providers
 
 aten = torch.ops.aten
 
@@ -66,7 +69,10 @@ def compile_aten_graph(
 ) -> Callable:
     """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``."""
     _ensure_meta(gm, example_inputs)
-    converted = convert_graph(gm)
+    device = graph_device(gm)
+    providers = session_providers(device, providers)
+    on_cpu = providers[0] == "CPUExecutionProvider"
+    converted = convert_graph(gm, float32_compute=LOW_PRECISION if on_cpu else ())
     graph_id = next(_graph_ids)
     if logs.enabled("output_code"):
         logs.artifact(
@@ -79,7 +85,7 @@ def compile_aten_graph(
         )
     return OnnxRuntimeGraph(
         converted,
-        graph_device(gm),
+        device,
         providers=providers,
         graph_optimization_level=graph_optimization_level,
         intra_op_num_threads=intra_op_num_threads,

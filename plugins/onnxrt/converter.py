@@ -26,9 +26,10 @@ import numpy as np
 import onnx
 import torch
 from onnx import helper
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from torchkiln.exc import NotImplementedYet
-from torchkiln_onnxrt.dtypes import numpy_dtype, onnx_dtype
+from torchkiln_onnxrt.dtypes import numpy_dtype, onnx_dtype, to_numpy
 
 OPSET = 18
 IR_VERSION = 8
@@ -180,8 +181,16 @@ class GraphBuilder:
         return self.op("Reshape", [name, self.ints(shape)], allowzero=1)
 
 
-def convert_graph(gm: torch.fx.GraphModule) -> ConvertedGraph:
-    """Convert ``gm`` (functional aten graph, flat tensor inputs, flat tuple output)."""
+def convert_graph(
+    gm: torch.fx.GraphModule, float32_compute: Sequence[torch.dtype] = ()
+) -> ConvertedGraph:
+    """Convert ``gm`` (functional aten graph, flat tensor inputs, flat tuple output).
+
+    Ops on tensors of a dtype in ``float32_compute`` (bfloat16, float16: the CPU
+    provider lacks most of their kernels) compute in float32 and round their results
+    back, one aten op at a time, as eager does on the CPU: inputs and outputs keep
+    their dtypes.
+    """
     b = GraphBuilder()
     env: dict[torch.fx.Node, Any] = {}
     graph_inputs: list[onnx.ValueInfoProto] = []
@@ -206,10 +215,10 @@ def convert_graph(gm: torch.fx.GraphModule) -> ConvertedGraph:
             tensor = getattr(gm, node.target)
             if not isinstance(tensor, torch.Tensor):
                 raise NotImplementedYet(f"get_attr {node.target} is not a tensor")
-            array = tensor.detach().cpu().numpy()
+            array = to_numpy(tensor)
             env[node] = Value(b.const(array, tensor.dtype), tensor.dtype, tuple(tensor.shape))
         elif node.op == "call_function":
-            env[node] = _convert_call(b, node, env)
+            env[node] = _convert_call(b, node, env, tuple(float32_compute))
         elif node.op == "output":
             output_node = node
         else:
@@ -221,7 +230,9 @@ def convert_graph(gm: torch.fx.GraphModule) -> ConvertedGraph:
     return _finish(b, graph_inputs, input_names, output_node, env)
 
 
-def _convert_call(b: GraphBuilder, node: torch.fx.Node, env: dict) -> Any:
+def _convert_call(
+    b: GraphBuilder, node: torch.fx.Node, env: dict, float32_compute: tuple[torch.dtype, ...]
+) -> Any:
     if node.target is operator.getitem:
         source, index = node.args
         return env[source][index]
@@ -234,8 +245,11 @@ def _convert_call(b: GraphBuilder, node: torch.fx.Node, env: dict) -> Any:
         )
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-    result = converter(b, node, *args, **kwargs)
     val = meta_of(node)
+    if _has_dtype((args, kwargs, val), float32_compute):
+        result = _convert_in_float32(b, node, converter, args, kwargs, float32_compute)
+    else:
+        result = converter(b, node, *args, **kwargs)
     if isinstance(val, (tuple, list)):
         return [
             Value(name, v.dtype, static_shape(v)) if isinstance(v, torch.Tensor) else None
@@ -244,6 +258,57 @@ def _convert_call(b: GraphBuilder, node: torch.fx.Node, env: dict) -> Any:
     if not isinstance(val, torch.Tensor):
         raise NotImplementedYet(f"{target} returns a {type(val).__name__}, not a tensor")
     return Value(result, val.dtype, static_shape(val))
+
+
+def _has_dtype(tree: Any, dtypes: tuple[torch.dtype, ...]) -> bool:
+    """Whether a Value or tensor of ``tree`` has one of ``dtypes``."""
+    return any(
+        isinstance(leaf, (Value, torch.Tensor)) and leaf.dtype in dtypes
+        for leaf in tree_leaves(tree)
+    )
+
+
+def _convert_in_float32(
+    b: GraphBuilder,
+    node: torch.fx.Node,
+    converter: Converter,
+    args: Any,
+    kwargs: Any,
+    dtypes: tuple[torch.dtype, ...],
+) -> Any:
+    """Run ``converter`` on float32 copies of the operands of ``dtypes``; round its results back.
+
+    The converter reads its result dtype from ``node.meta["val"]``, so the node shows
+    float32 results while it runs.
+    """
+
+    def widen(v: Value) -> Value:
+        return (
+            Value(b.as_dtype(v, torch.float32), torch.float32, v.shape) if v.dtype in dtypes else v
+        )
+
+    def widen_meta(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype not in dtypes:
+            return t
+        return torch.empty(static_shape(t), dtype=torch.float32, device="meta")
+
+    val = node.meta["val"]
+    node.meta["val"] = tree_map_only(torch.Tensor, widen_meta, val)
+    try:
+        result = converter(
+            b, node, *tree_map_only(Value, widen, args), **tree_map_only(Value, widen, kwargs)
+        )
+    finally:
+        node.meta["val"] = val
+
+    def narrow(name: str | None, v: Any) -> str | None:
+        if name is None or not isinstance(v, torch.Tensor) or v.dtype not in dtypes:
+            return name
+        return b.op("Cast", [name], to=onnx_dtype(v.dtype))
+
+    if isinstance(val, (tuple, list)):
+        return [narrow(name, v) for name, v in zip(result, val)]
+    return narrow(result, val)
 
 
 def _finish(

@@ -1,7 +1,12 @@
-"""The one table that maps torch dtypes to ONNX element types and numpy dtypes."""
+"""The one table that maps torch dtypes to ONNX element types and numpy dtypes.
+
+numpy has no bfloat16: ``ml_dtypes`` (which onnx depends on) provides the numpy
+type onnx reads and writes bfloat16 initializers with.
+"""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import torch
@@ -11,6 +16,7 @@ from torchkiln.exc import NotImplementedYet
 _TORCH_TO_ONNX = {
     torch.float32: onnx.TensorProto.FLOAT,
     torch.float16: onnx.TensorProto.FLOAT16,
+    torch.bfloat16: onnx.TensorProto.BFLOAT16,
     torch.float64: onnx.TensorProto.DOUBLE,
     torch.int64: onnx.TensorProto.INT64,
     torch.int32: onnx.TensorProto.INT32,
@@ -23,6 +29,7 @@ _TORCH_TO_ONNX = {
 _TORCH_TO_NUMPY = {
     torch.float32: np.float32,
     torch.float16: np.float16,
+    torch.bfloat16: ml_dtypes.bfloat16,
     torch.float64: np.float64,
     torch.int64: np.int64,
     torch.int32: np.int32,
@@ -31,6 +38,10 @@ _TORCH_TO_NUMPY = {
     torch.uint8: np.uint8,
     torch.bool: np.bool_,
 }
+
+#: Floating-point dtypes narrower than float32: onnxruntime's CPU provider lacks most
+#: of their kernels, so graphs run there compute them in float32 (``converter``).
+LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def onnx_dtype(dtype: torch.dtype) -> int:
@@ -45,6 +56,15 @@ def onnx_dtype(dtype: torch.dtype) -> int:
 
 
 def numpy_dtype(dtype: torch.dtype) -> type:
-    """The numpy scalar type onnxruntime's IO binding uses for a torch dtype."""
+    """The numpy scalar type onnx builds initializers of ``dtype`` from."""
     onnx_dtype(dtype)
     return _TORCH_TO_NUMPY[dtype]
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU copy of ``tensor`` as a numpy array of :func:`numpy_dtype` (bfloat16 too)."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(numpy_dtype(torch.bfloat16))
+    numpy_dtype(tensor.dtype)
+    return tensor.numpy()

@@ -13,7 +13,12 @@ aten = torch.ops.aten
 
 
 def _axes(x: Value, dim) -> list[int]:
-    """Reduced axes, non-negative; ``None`` or ``[]`` means every axis, as in torch."""
+    """Reduced axes, non-negative; ``None`` or ``[]`` means every axis, as in torch.
+
+    A 0-dim tensor has none: torch takes ``dim=0`` or ``-1`` on it and returns it whole.
+    """
+    if x.ndim == 0:
+        return []
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return list(range(x.ndim))
     dims = [dim] if isinstance(dim, int) else dim
@@ -48,6 +53,8 @@ def amax_amin(b: GraphBuilder, node, x: Value, dim=None, keepdim: bool = False) 
 @converts(aten.max.dim, aten.min.dim)
 def max_min_dim(b: GraphBuilder, node, x: Value, dim: int, keepdim: bool = False) -> list[str]:
     is_max = node.target.overloadpacket is aten.max
+    if x.ndim == 0:
+        return [x.name, b.const(0, torch.int64)]
     values = _reduce(b, "ReduceMax" if is_max else "ReduceMin", x.name, x, dim, keepdim)
     axis = _axes(x, dim)[0]
     indices = b.op("ArgMax" if is_max else "ArgMin", [x.name], axis=axis, keepdims=int(keepdim))
@@ -57,6 +64,8 @@ def max_min_dim(b: GraphBuilder, node, x: Value, dim: int, keepdim: bool = False
 @converts(aten.argmax.default, aten.argmin.default)
 def argmax_argmin(b: GraphBuilder, node, x: Value, dim=None, keepdim: bool = False) -> str:
     onnx_op = "ArgMax" if node.target.overloadpacket is aten.argmax else "ArgMin"
+    if x.ndim == 0:
+        return b.const(0, torch.int64)
     if dim is None:
         flat = b.reshape(x.name, [-1])
         return b.reshape(b.op(onnx_op, [flat], axis=0, keepdims=0), out_shape(node))

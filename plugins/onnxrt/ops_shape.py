@@ -10,6 +10,7 @@ import torch
 
 from torchkiln.exc import NotImplementedYet
 from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype, out_shape
+from torchkiln_onnxrt.dtypes import to_numpy
 
 aten = torch.ops.aten
 
@@ -140,6 +141,8 @@ def constant_pad_nd(b: GraphBuilder, node, x: Value, pad, value: float = 0) -> s
 
 @converts(aten.index_select.default)
 def index_select(b: GraphBuilder, node, x: Value, dim: int, index: Value) -> str:
+    if x.ndim == 0:  # as gather
+        return b.reshape(index_select(b, node, _as_1d(b, x), 0, index), out_shape(node))
     return b.op("Gather", [x.name, b.as_dtype(index, torch.int64)], axis=_dim(dim, x.ndim))
 
 
@@ -152,11 +155,21 @@ def embedding(b: GraphBuilder, node, weight: Value, indices: Value, *_, **__) ->
 def gather(
     b: GraphBuilder, node, x: Value, dim: int, index: Value, sparse_grad: bool = False
 ) -> str:
+    if x.ndim == 0:  # torch gathers from a 0-dim tensor at dim 0 or -1; ONNX needs an axis
+        return b.reshape(gather(b, node, _as_1d(b, x), 0, _as_1d(b, index)), out_shape(node))
     return b.op("GatherElements", [x.name, b.as_dtype(index, torch.int64)], axis=_dim(dim, x.ndim))
+
+
+def _as_1d(b: GraphBuilder, x: Value) -> Value:
+    """A 0-dim value as one of shape ``(1,)``."""
+    return Value(b.reshape(x.name, [1]), x.dtype, (1,))
 
 
 @converts(aten.scatter.value, aten.scatter.src, aten.scatter_add.default)
 def scatter(b: GraphBuilder, node, x: Value, dim: int, index: Value, src) -> str:
+    if x.ndim == 0:  # as gather
+        src = _as_1d(b, src) if isinstance(src, Value) else src
+        return b.reshape(scatter(b, node, _as_1d(b, x), 0, _as_1d(b, index), src), [])
     dtype = out_dtype(node)
     if isinstance(src, Value) and src.shape != index.shape:
         src = Value(
@@ -319,4 +332,5 @@ def scalar_tensor(b: GraphBuilder, node, value, **_) -> str:
 
 @converts(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def arange(b: GraphBuilder, node, *args, **_) -> str:
-    return b.const(torch.arange(*args, dtype=out_dtype(node)).numpy(), out_dtype(node))
+    dtype = out_dtype(node)
+    return b.const(to_numpy(torch.arange(*args, dtype=dtype)), dtype)

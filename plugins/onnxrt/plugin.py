@@ -43,6 +43,7 @@ OPTIONS = (
 
 def capabilities() -> Capabilities:
     """The aten overloads with a converter (called on the first compile: imports onnx)."""
+    from torchkiln_onnxrt import cache
     from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
     from torchkiln_onnxrt.converter import CONVERTERS
 
@@ -50,6 +51,7 @@ def capabilities() -> Capabilities:
         compile_partition=compile_aten_graph,
         ops=frozenset(CONVERTERS),
         decompositions=decompositions,
+        codec=cache.codec(),
     )
 
 
@@ -65,6 +67,7 @@ def torchkiln_backends() -> list[Backend]:
             ),
             options=OPTIONS,
             capabilities=capabilities,
+            dtypes=("bfloat16", "float16"),
             dynamic_shapes=False,  # dynamic axes: not yet
         )
     ]

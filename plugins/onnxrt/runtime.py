@@ -2,13 +2,13 @@
 
 Inputs are bound by pointer (a copy only for non-contiguous tensors) and the
 outputs are torch tensors allocated up front and bound as ONNX outputs, so no
-data goes through numpy on either side, on CPU as on CUDA (with
-onnxruntime-gpu; without it CUDA graphs run on the CPU, copied across).
+data goes through numpy or the host on either side: the same I/O-binding path
+runs CPU tensors on the CPU provider and CUDA tensors on the CUDA provider
+(``onnxruntime-gpu``), which is chosen from the tensors' device.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import onnxruntime
@@ -17,9 +17,7 @@ from torch.utils._pytree import tree_leaves
 
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError, NotImplementedYet
 from torchkiln_onnxrt.converter import ConvertedGraph
-from torchkiln_onnxrt.dtypes import numpy_dtype
-
-log = logging.getLogger("torchkiln.onnxrt")
+from torchkiln_onnxrt.dtypes import onnx_dtype
 
 OPTIMIZATION_LEVELS = {
     "disable": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -29,19 +27,29 @@ OPTIMIZATION_LEVELS = {
 }
 
 
-def default_providers(device: torch.device) -> tuple[str, ...]:
-    """CUDA first for graphs on a GPU when onnxruntime has it, CPU otherwise."""
-    if device.type == "cuda":
-        if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
-            return ("CUDAExecutionProvider", "CPUExecutionProvider")
-        log.warning(
-            "onnxrt: this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu); "
-            "running CUDA graphs on the CPU, copying inputs and outputs"
-        )
-        return ("CPUExecutionProvider",)
+def session_providers(device: torch.device, providers: Sequence[str] | None) -> list[str]:
+    """The providers a graph on ``device`` runs with: ``providers``, or CUDA then CPU on a GPU.
+
+    A CUDA graph runs on the CUDA provider, on the tensors' own memory: without one
+    it is an error, not a silent copy to the host.
+    """
+    if device.type not in ("cpu", "cuda"):
+        raise BackendUnavailable(f"the onnxrt backend runs on cpu and cuda, not on {device.type}")
     if device.type == "cpu":
-        return ("CPUExecutionProvider",)
-    raise BackendUnavailable(f"the onnxrt backend runs on cpu and cuda, not on {device.type}")
+        return list(providers or ("CPUExecutionProvider",))
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        raise BackendUnavailable(
+            "the onnxrt backend got CUDA tensors, but this onnxruntime has no "
+            "CUDAExecutionProvider: pip install onnxruntime-gpu (in place of onnxruntime)"
+        )
+    if providers is None:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in providers:
+        raise InvalidOptionError(
+            f"the onnxrt option providers={list(providers)} has no CUDAExecutionProvider, "
+            "which the graph's CUDA tensors need; add it, or leave providers unset"
+        )
+    return list(providers)
 
 
 def _is_cpu_scalar(t: torch.Tensor) -> bool:
@@ -72,16 +80,15 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
 class OnnxRuntimeGraph:
     """``graph(*flat_tensors) -> list`` running one ONNX model in an InferenceSession.
 
-    ``device`` is where the graph's tensors live; the session runs there when
-    its providers can (CUDA provider for CUDA tensors), else on the CPU, with
-    inputs and outputs copied across.
+    ``device`` is where the graph's tensors live and the session runs
+    (``providers`` from :func:`session_providers`).
     """
 
     def __init__(
         self,
         converted: ConvertedGraph,
         device: torch.device,
-        providers: Sequence[str] | None = None,
+        providers: Sequence[str],
         graph_optimization_level: str = "all",
         intra_op_num_threads: int | None = None,
     ):
@@ -90,10 +97,14 @@ class OnnxRuntimeGraph:
                 f"graph_optimization_level must be one of {', '.join(OPTIMIZATION_LEVELS)}, "
                 f"got {graph_optimization_level!r}"
             )
-        providers = list(providers or default_providers(device))
-        on_gpu = device.type == "cuda" and "CUDAExecutionProvider" in providers
         self.device = device
-        self.run_device = device if on_gpu else torch.device("cpu")
+        #: what builds this graph again in another process (``torchkiln_onnxrt.cache``)
+        self.converted = converted
+        self.options = {
+            "providers": list(providers),
+            "graph_optimization_level": graph_optimization_level,
+            "intra_op_num_threads": intra_op_num_threads,
+        }
         self.input_names = converted.input_names
         self.output_slots = converted.output_slots
         self.output_metas = converted.output_metas
@@ -105,38 +116,51 @@ class OnnxRuntimeGraph:
             # As many threads as eager torch uses, so the two compare like for like.
             options.intra_op_num_threads = intra_op_num_threads or torch.get_num_threads()
             self.session = onnxruntime.InferenceSession(
-                converted.model.SerializeToString(), sess_options=options, providers=providers
+                converted.model.SerializeToString(), sess_options=options, providers=list(providers)
             )
-        self._device_type = self.run_device.type
-        self._device_id = self.run_device.index or 0
-        self._placeholder = torch.empty(1, dtype=torch.float64, device=self.run_device)
+        self._device_type = device.type
+        self._device_id = device.index or 0
+        self._placeholder = torch.empty(1, dtype=torch.float64, device=device)
+        # Read once, not on every call: what each output is allocated as, and which are CPU
+        # scalars of a CUDA graph (returned on the CPU, as eager does).
+        self._output_specs = [(tuple(m.shape), m.dtype) for m in self.output_metas]
+        self._cpu_scalar_outputs = [
+            i for i, m in enumerate(self.output_metas) if m.device != device
+        ]
 
     def __call__(self, *args: torch.Tensor) -> list:
         results = self._run(args) if self.session is not None else []
         return [results[s.index] if s.kind == "onnx" else s.value for s in self.output_slots]
 
     def _run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        for arg in args:
-            if arg.device != self.device and not _is_cpu_scalar(arg):
-                raise KilnError(
-                    f"the onnxrt graph was compiled for {self.device}, got an input on {arg.device}"
-                )
         binding = self.session.io_binding()
-        # Keep the (contiguous, run-device) copies alive until the run is over.
-        inputs = [arg.detach().to(self.run_device).contiguous() for arg in args]
+        # Keep the contiguous copies (and CPU scalars moved to the device) alive until the run is over.
+        inputs = [self._on_device(arg).contiguous() for arg in args]
         for name, tensor in zip(self.input_names, inputs, strict=True):
             self._bind(binding.bind_input, name, tensor)
         outputs = [
-            torch.empty(meta.shape, dtype=meta.dtype, device=self.run_device)
-            for meta in self.output_metas
+            torch.empty(shape, dtype=dtype, device=self.device)
+            for shape, dtype in self._output_specs
         ]
         for name, tensor in zip(self.output_names, outputs):
             self._bind(binding.bind_output, name, tensor)
-        if self.run_device.type == "cuda":
+        if self._device_type == "cuda":
             # onnxruntime runs on its own stream: the inputs must be ready.
-            torch.cuda.current_stream(self.run_device).synchronize()
+            torch.cuda.current_stream(self.device).synchronize()
         self.session.run_with_iobinding(binding)
-        return [o.to(meta.device) for o, meta in zip(outputs, self.output_metas)]
+        for i in self._cpu_scalar_outputs:
+            outputs[i] = outputs[i].cpu()
+        return outputs
+
+    def _on_device(self, arg: torch.Tensor) -> torch.Tensor:
+        """``arg`` on the graph's device: a 0-dim CPU tensor is moved there, as eager allows."""
+        if arg.device == self.device:
+            return arg
+        if not _is_cpu_scalar(arg):
+            raise KilnError(
+                f"the onnxrt graph was compiled for {self.device}, got an input on {arg.device}"
+            )
+        return arg.to(self.device)
 
     def _bind(self, bind, name: str, tensor: torch.Tensor) -> None:
         # onnxruntime rejects null pointers, which empty tensors have: any valid
@@ -146,7 +170,7 @@ class OnnxRuntimeGraph:
             name,
             self._device_type,
             self._device_id,
-            numpy_dtype(tensor.dtype),
+            onnx_dtype(tensor.dtype),
             tuple(tensor.shape),
             pointer,
         )

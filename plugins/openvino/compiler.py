@@ -10,7 +10,9 @@ and ``ov.Core().compile_model`` compiles it for the chosen device.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -20,8 +22,8 @@ from openvino.frontend import FrontEndManager
 from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder
 from torchkiln import logs
 from torchkiln.aot import keep_whole
-from torchkiln.exc import BackendUnavailable, KilnError
-from torchkiln_openvino import ops
+from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError
+from torchkiln_openvino import freeze, ops
 from torchkiln_openvino.runtime import OpenVINOGraph, element_type
 
 aten = torch.ops.aten
@@ -54,9 +56,16 @@ def compile_aten_graph(
     device: str = "CPU",
     precision: str = "f32",
     num_threads: int | None = None,
+    cache_dir: str | None = None,
+    freeze_weights: bool = False,
     disabled_ops: Sequence[str] = (),
 ) -> Callable:
-    """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``."""
+    """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``.
+
+    With ``freeze_weights``, an inference graph's weights become constants on its first
+    call (:mod:`torchkiln_openvino.freeze`); the conversion runs now all the same, so
+    that a graph the frontend can't convert goes to the next backend of the chain.
+    """
     off = ops.disabled(disabled_ops)
     named = sorted({str(n.target) for n in gm.graph.nodes if ops.is_disabled(n, off)})
     if named:
@@ -76,7 +85,34 @@ def compile_aten_graph(
         "INFERENCE_PRECISION_HINT": precision,
         "INFERENCE_NUM_THREADS": num_threads or torch.get_num_threads(),
     }
-    return OpenVINOGraph(core().compile_model(model, device, config), gm)
+    if cache_dir is not None:
+        config["CACHE_DIR"] = private_dir(cache_dir)
+    compile_model = functools.partial(core().compile_model, device_name=device, config=config)
+    weights = freeze.weight_positions(gm) if freeze_weights else ()
+    if weights:
+        return freeze.FrozenGraph(model, gm, weights, compile_model)
+    return OpenVINOGraph(compile_model(model), gm)
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """What the option schema can't check: that ``cache_dir`` is a private folder."""
+    if options.get("cache_dir") is not None:
+        private_dir(options["cache_dir"])
+
+
+def private_dir(path: str | os.PathLike) -> str:
+    """``path`` (created 0700) if this user owns it and others can't write to it: OpenVINO
+    loads compiled models from its cache folder without checking them."""
+    path = os.path.abspath(os.path.expanduser(path))
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.stat(path)
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise InvalidOptionError(
+            f"option 'cache_dir' of backend 'openvino': {path} is not private (owned by uid "
+            f"{st.st_uid}, mode {st.st_mode & 0o777:o}); name a folder of your own that only "
+            "you can write to"
+        )
+    return path
 
 
 def convert(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ov.Model:

@@ -47,11 +47,12 @@ DTYPES = frozenset(
 
 aten = torch.ops.aten
 
-#: Multi-output ops whose every output the frontend converts as torch computes it. It
-#: converts only output 0 of the others (layer and batch norms, fused attention, ...),
-#: and its max-pooling, max/min, topk and sort break ties between equal values otherwise
-#: than torch: their indices would send gradients elsewhere than eager does.
-ALL_OUTPUTS = frozenset({aten.var_mean.correction})
+#: Multi-output ops whose every output the frontend converts as torch computes it (the
+#: splits: a transformer's q, k, v). It converts only output 0 of the others (layer and
+#: batch norms, fused attention, ...), and its max-pooling, max/min, topk and sort break
+#: ties between equal values otherwise than torch: their indices would send gradients
+#: elsewhere than eager does.
+ALL_OUTPUTS = frozenset({aten.var_mean.correction, aten.split_with_sizes.default, aten.unbind.int})
 
 
 @functools.cache
@@ -103,6 +104,8 @@ def supports(node: fx.Node) -> bool | str:
     dtypes = {v.dtype for v in values} - DTYPES
     if dtypes:
         return f"{', '.join(sorted(map(str, dtypes)))} tensors"
+    if node.target is aten.cumsum.default and node.args[0].meta["val"].dtype == torch.bool:
+        return "a cumulative sum of booleans: the frontend keeps them boolean, torch counts"
     if _draws_random_numbers(node):
         return "a random op: torch draws its numbers, so that a seed gives eager's"
     if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:
@@ -123,10 +126,13 @@ def _draws_random_numbers(node: fx.Node) -> bool:
     return True
 
 
-def capabilities(compile_partition, decompositions) -> Capabilities:
-    """The backend's capabilities; ``configure`` applies the ``disabled_ops`` option."""
+def capabilities(compile_partition, decompositions, check_options, codec=None) -> Capabilities:
+    """The backend's capabilities; ``configure`` checks the options (``check_options``:
+    before any partition is compiled, whose errors would send it to the next backend) and
+    applies ``disabled_ops``. ``codec`` stores compiled graphs in the plan cache."""
 
     def configure(options: Mapping[str, Any]) -> Capabilities:
+        check_options(options)
         off = disabled(options.get("disabled_ops", ()))
         if not off:
             return base
@@ -137,8 +143,10 @@ def capabilities(compile_partition, decompositions) -> Capabilities:
             return supports(node)
 
         return Capabilities(
-            compile_partition, frontend_ops(), supports_unless_disabled, decompositions
+            compile_partition, frontend_ops(), supports_unless_disabled, decompositions, codec=codec
         )
 
-    base = Capabilities(compile_partition, frontend_ops(), supports, decompositions, configure)
+    base = Capabilities(
+        compile_partition, frontend_ops(), supports, decompositions, configure, codec=codec
+    )
     return base

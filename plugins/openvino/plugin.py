@@ -36,6 +36,22 @@ OPTIONS = (
         minimum=1,
     ),
     Option(
+        "cache_dir",
+        None,
+        "a folder for OpenVINO's own cache of compiled models (its CACHE_DIR): a later "
+        "process compiling the same graph loads it from there; default: none",
+        type=(str, type(None)),
+    ),
+    Option(
+        "freeze_weights",
+        False,
+        "inference graphs only (no_grad, or no input requiring grad): fold parameters and "
+        "buffers into the OpenVINO model as constants, compiled on the first call and again "
+        "when a weight is replaced or written in place (not through param.data); training "
+        "graphs take weights as inputs",
+        type=bool,
+    ),
+    Option(
         "disabled_ops",
         (),
         "aten ops never run by OpenVINO (e.g. ['aten.gelu.default', 'aten.softmax']): "
@@ -47,10 +63,10 @@ OPTIONS = (
 
 def capabilities() -> Capabilities:
     """The ops OpenVINO's frontend converts (called on the first compile: imports openvino)."""
-    from torchkiln_openvino import ops
-    from torchkiln_openvino.compiler import compile_aten_graph, decompositions
+    from torchkiln_openvino import cache, ops
+    from torchkiln_openvino.compiler import check_options, compile_aten_graph, decompositions
 
-    return ops.capabilities(compile_aten_graph, decompositions)
+    return ops.capabilities(compile_aten_graph, decompositions, check_options, cache.codec())
 
 
 @hookimpl

@@ -10,6 +10,7 @@ state, so each thread gets its own, per compiled graph.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
@@ -79,7 +80,22 @@ class OpenVINOGraph:
                     f"OpenVINO made output {i} of shape {port.get_partial_shape()}, torch's "
                     f"is {list(value.shape)}: the frontend converted an op wrongly"
                 )
+        self._bind(compiled, values)
+
+    @classmethod
+    def restored(cls, compiled: ov.CompiledModel, values: list[torch.Tensor]) -> OpenVINOGraph:
+        """A graph loaded from the plan cache (``torchkiln_openvino.cache``): its outputs
+        were checked against its FX graph when it was first compiled."""
+        graph = cls.__new__(cls)
+        graph._bind(compiled, values)
+        return graph
+
+    def _bind(self, compiled: ov.CompiledModel, values: list[torch.Tensor]) -> None:
         self.compiled = compiled
+        #: the outputs' layouts, as meta tensors (what the plan cache stores)
+        self.values = [
+            torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") for v in values
+        ]
         self.passthrough = passthrough_outputs(compiled)
         self.computed = [
             (i, tuple(v.shape), v.dtype) for i, v in enumerate(values) if i not in self.passthrough
@@ -100,17 +116,29 @@ class OpenVINOGraph:
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self.compiled.create_infer_request()
+            self._local.bound = [None] * len(self.compiled.inputs)
         return request
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         request = self.request()
-        # Keep the contiguous copies alive until the request has run.
-        inputs = [arg.detach().contiguous() for arg in args]
-        for i, tensor in enumerate(inputs):
-            if tensor.device.type != "cpu":
+        bound = self._local.bound
+        copies = []  # kept alive until the request has run
+        for i, arg in enumerate(args):
+            # OpenVINO reads a bound tensor's memory when it runs: the tensor bound on this
+            # thread's last call, at the same address (a weight), needs no new binding
+            if bound[i] is not None and bound[i][0]() is arg and bound[i][1] == arg.data_ptr():
+                continue
+            if arg.device.type != "cpu":
                 raise KilnError(
-                    f"the openvino backend runs on host memory; input {i} is on {tensor.device}"
+                    f"the openvino backend runs on host memory; input {i} is on {arg.device}"
                 )
+            tensor = arg.detach()
+            if tensor.is_contiguous():
+                bound[i] = weakref.ref(arg), arg.data_ptr()
+            else:
+                tensor = tensor.contiguous()
+                copies.append(tensor)
+                bound[i] = None
             request.set_input_tensor(i, shared(tensor))
         outputs: list = [None] * len(self.compiled.outputs)
         for i, shape, dtype in self.computed:

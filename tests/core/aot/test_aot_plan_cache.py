@@ -119,6 +119,22 @@ def test_key_names_what_tracing_depends_on() -> None:
         assert key_of(gelu_mlp, inputs()) != base
 
 
+def test_key_ignores_decompositions_an_import_registers() -> None:
+    """torch.distributed's collectives register theirs when imported: a process that
+    imported it before compiling, and one that did not, share entries."""
+    from torch._decomp import decomposition_table
+
+    def key(table):
+        cache = PlanCache(GRAPH_CODEC, table, min_cut_partition)
+        return cache.key(fx.symbolic_trace(gelu_mlp), inputs(), True)
+
+    aten = torch.ops.aten
+    table = {aten.gelu.default: decomposition_table[aten.gelu.default]}
+    collective = torch.ops.c10d_functional.all_reduce.default
+    assert key({**table, collective: lambda *a: None}) == key(table)
+    assert key({}) != key(table)
+
+
 def test_inputs_sharing_storage_get_another_key() -> None:
     def add(x, y):
         return x + y

@@ -26,6 +26,10 @@ def f16(*shape: int) -> Factory:
     return lambda: torch.randn(*shape).half()
 
 
+def bf16(*shape: int) -> Factory:
+    return lambda: torch.randn(*shape).bfloat16()
+
+
 def i64(*shape: int, low: int = -5, high: int = 10) -> Factory:
     return lambda: torch.randint(low, high, shape)
 

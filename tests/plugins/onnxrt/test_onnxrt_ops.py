@@ -10,6 +10,7 @@ from onnxrt_checks import (
     assert_matches,
     aten_compiled,
     backend_compiled,
+    bf16,
     boolean,
     f16,
     f32,
@@ -302,6 +303,54 @@ FLOAT16 = [
     Case("float16_gelu", lambda x: F.gelu(x), [f16(4, 6)]),
 ]
 
+#: onnxruntime's CPU provider has kernels for few bfloat16 ops: each computes in float32
+#: inside the model, rounded back per op as eager does.
+BFLOAT16 = [
+    Case("bfloat16_matmul_bias", lambda a, b, c: a @ b + c, [bf16(4, 6), bf16(6, 3), bf16(3)]),
+    Case(
+        "bfloat16_conv2d",
+        lambda x, w: F.conv2d(x, w, padding=1),
+        [bf16(1, 2, 5, 5), bf16(3, 2, 3, 3)],
+    ),
+    Case("bfloat16_layer_norm_gelu", lambda x: F.gelu(F.layer_norm(x, (6,))), [bf16(4, 6)]),
+    Case("bfloat16_softmax_sum", lambda x: (x.softmax(-1), x.sum(0), x.amax(1)), [bf16(4, 6)]),
+    Case(
+        "bfloat16_where_compare_cat",
+        lambda x, y: torch.cat([torch.where(x > y, x, y * 2), x.expand(2, 4, 6)[0]]),
+        [bf16(4, 6), bf16(6)],
+    ),
+    Case(
+        "bfloat16_with_float32_and_rounding_casts",
+        lambda x, y: ((x * y).to(torch.bfloat16), y.to(torch.bfloat16).float() - y),
+        [bf16(3, 4), f32(3, 4)],
+    ),
+    Case(
+        "bfloat16_attention",
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [bf16(2, 5, 8), bf16(2, 5, 8), bf16(2, 5, 8)],
+    ),
+]
+
+#: torch reduces, indexes and scatters a 0-dim tensor at ``dim=0`` or ``-1``; ONNX has no axis.
+SCALAR_REDUCTIONS = [
+    Case(
+        "gather_scatter_0dim",
+        lambda x, i: (
+            torch.gather(x, 0, i),
+            torch.scatter_add(x, -1, i, x * 2),
+            x.index_select(0, i),
+            x.argmax(0),
+            x.argmin(-1, keepdim=True),
+        ),
+        [lambda: torch.randn(()), lambda: torch.tensor(0)],
+    ),
+    Case(
+        "reduce_0dim_over_dim",
+        lambda x: (x.sum(0), x.amax(-1), x.mean(0, keepdim=True), *torch.max(x, 0)),
+        [lambda: torch.randn(())],
+    ),
+]
+
 COMPOSITES = [
     Case("interpolate_nearest", lambda x: F.interpolate(x, scale_factor=2), [f32(1, 2, 4, 4)]),
     Case("topk", lambda x: x.topk(3, dim=1), [f32(4, 6)]),
@@ -324,7 +373,7 @@ COMPOSITES = [
     Case("smooth_l1", lambda x, t: F.smooth_l1_loss(x, t), [f32(6), f32(6)]),
 ]
 
-ALL = POINTWISE + SHAPES + REDUCTIONS + NN + FLOAT16 + COMPOSITES
+ALL = POINTWISE + SHAPES + REDUCTIONS + NN + FLOAT16 + BFLOAT16 + SCALAR_REDUCTIONS + COMPOSITES
 
 
 @pytest.mark.parametrize("case", ALL, ids=lambda c: c.name)

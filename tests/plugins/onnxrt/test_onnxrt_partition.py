@@ -92,3 +92,18 @@ def test_chain_options_go_to_their_backend_and_are_checked():
         torchkiln.api.resolve_backend(
             ["onnxrt", "inductor"], None, {"onnxrt": {"graph_optimization_level": 3}}
         )
+
+
+def test_explain_shows_which_ops_onnxrt_left_to_the_next_backend():
+    results = []
+
+    def fn(x, w):
+        results.append(angle_mlp(x, w))
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    explained = torchkiln.explain(fn, backend="onnxrt")(x, w)
+    torch.testing.assert_close(results, [angle_mlp(x, w)])
+    ((plan,),) = explained.partition_plans
+    eager = [p.nodes for p in plan.partitions if plan.backends[p.label] == "eager"]
+    assert [[n.target for n in nodes] for nodes in eager] == [[torch.ops.aten.atan2.default]]
+    assert "atan2.default: onnxrt: not among its ops" in str(explained)

@@ -211,3 +211,43 @@ def test_openvino_torch_is_never_imported():
     compiled(torch.randn(3))
     assert "openvino.frontend.pytorch.torchdynamo.backend" not in sys.modules
     assert not [m for m in sys.modules if m == "openvino.torch" or m.startswith("openvino.torch.")]
+
+
+def test_an_input_written_in_place_between_calls_is_read_again():
+    """The runtime keeps an input bound while it is the same tensor at the same address."""
+    model = nn.Linear(8, 4)
+    compiled = torchkiln.compile(model, backend="openvino")
+    x = torch.randn(3, 8)
+    for _ in range(3):
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), **F32)
+            model.weight.mul_(-2)
+            x.add_(1)
+
+
+def test_every_output_of_a_split_runs_in_openvino(caplog):
+    def fn(x):
+        q, k, v = x.split([2, 3, 1], dim=-1)
+        return q * 2, k.relu(), v + 1
+
+    compiled = torchkiln.compile(fn, backend="openvino")
+    logs.set_logs("partitions")
+    try:
+        with caplog.at_level(logging.INFO, logger="torchkiln"):
+            x = torch.randn(2, 6)
+            torch.testing.assert_close(compiled(x), fn(x), **F32)
+    finally:
+        logs.set_logs("")
+    assert "inference graph: 1 partition (openvino: 1)" in caplog.text
+
+
+def test_a_cumulative_sum_of_booleans_counts():
+    """As in Hugging Face's position ids from an attention mask."""
+
+    def fn(x):
+        counts = (x > 0).cumsum(1)
+        return counts, counts * x
+
+    compiled = torchkiln.compile(fn, backend="openvino")
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(compiled(x), fn(x), **F32)

@@ -14,7 +14,14 @@ from torchkiln.registry import backend_status, ensure_usable, lookup_backend
 def test_openvino_is_listed_with_its_options():
     assert "openvino" in torchkiln.list_backends()
     record = lookup_backend("openvino")
-    assert set(record.option_schema()) == {"device", "precision", "num_threads", "disabled_ops"}
+    assert set(record.option_schema()) == {
+        "device",
+        "precision",
+        "num_threads",
+        "cache_dir",
+        "freeze_weights",
+        "disabled_ops",
+    }
     assert record.option_schema()["precision"].default == "f32"
     assert record.capabilities is not None
     assert "not implemented" not in record.description

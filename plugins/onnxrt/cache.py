@@ -1,0 +1,77 @@
+"""onnxrt graphs in the plan cache: a second process opens sessions, converting nothing.
+
+A compiled graph is stored as its ONNX model's bytes and what the session was opened
+with (providers, optimization level, thread count, as the options gave them); loading
+parses the model and opens a new session. The salt names this plugin's code and the
+onnx and onnxruntime versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnxruntime
+import torch
+
+from torchkiln.aot import ArtifactCodec
+from torchkiln.plugin import source_fingerprint
+from torchkiln_onnxrt.converter import ConvertedGraph, OutputSlot
+from torchkiln_onnxrt.runtime import OnnxRuntimeGraph
+
+
+@dataclass(frozen=True)
+class OutputMeta:
+    """What the runtime reads of an output's fake value: its layout."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class OnnxArtifact:
+    model: bytes
+    input_names: list[str]
+    output_metas: list[OutputMeta]
+    output_slots: list[OutputSlot]
+    device: torch.device
+    options: dict[str, Any]
+
+
+def dump(compiled: object) -> OnnxArtifact | None:
+    if not isinstance(compiled, OnnxRuntimeGraph):
+        return None
+    converted = compiled.converted
+    return OnnxArtifact(
+        converted.model.SerializeToString(),
+        list(converted.input_names),
+        [OutputMeta(tuple(m.shape), m.dtype, m.device) for m in converted.output_metas],
+        list(converted.output_slots),
+        compiled.device,
+        dict(compiled.options),
+    )
+
+
+def load(artifact: OnnxArtifact) -> OnnxRuntimeGraph:
+    converted = ConvertedGraph(
+        onnx.load_model_from_string(artifact.model),
+        artifact.input_names,
+        artifact.output_metas,
+        artifact.output_slots,
+    )
+    return OnnxRuntimeGraph(converted, artifact.device, **artifact.options)
+
+
+def codec() -> ArtifactCodec:
+    salt = "|".join(
+        (
+            "onnxrt",
+            source_fingerprint(str(Path(__file__).parent)),
+            onnx.__version__,
+            onnxruntime.__version__,
+        )
+    )
+    return ArtifactCodec(salt, dump=dump, load=load)
