@@ -52,8 +52,13 @@ def supervise(
     workdir: Path,
     label: str,
     on_result: OnResult,
+    worker: str = "benchmarks.worker",
 ) -> None:
-    """Give every item a result through ``on_result(index, result)``, in order."""
+    """Give every item a result through ``on_result(index, result)``, in order.
+
+    ``worker`` is the module run as ``python -m WORKER PLAN.json RESULTS.jsonl``;
+    it follows ``benchmarks.worker``'s protocol (a start line and a done line per item).
+    """
     remaining = list(range(len(items)))
     attempt = 0
     hang_after = config["row_budget_s"] + HANG_GRACE_S
@@ -61,7 +66,7 @@ def supervise(
         plan = workdir / f"{label}-{attempt}.plan.json"
         out = workdir / f"{label}-{attempt}.jsonl"
         plan.write_text(json.dumps({"config": config, "items": items, "todo": remaining}))
-        cmd = [sys.executable, "-m", "benchmarks.worker", str(plan), str(out)]
+        cmd = [sys.executable, "-m", worker, str(plan), str(out)]
         proc = subprocess.Popen(cmd, env={**STEADY_MALLOC, **os.environ})
         current, reason = _watch(
             proc, out, remaining, on_result, hang_after, config.get("deadline")
