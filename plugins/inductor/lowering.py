@@ -1570,3 +1570,57 @@ def _max_pool2d(g, meta, x, kernel_size, stride=(), padding=0, dilation=1, ceil_
     )
     indices = PointwiseValue(size, torch.int64, meta[1].device, lambda i: window(i, True), cost)
     return [values, indices]
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(
+    g, meta, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
+    """Each input element gathers the gradients of the windows whose max it was: for each
+    tap of the kernel, the one output window that could hold the element there (if its
+    position divides by the stride and lies inside the output) adds its gradient where its
+    index names the element. Eager's scatter in reverse, without atomics."""
+    (kh, kw), (sh, sw) = _pair(kernel_size), _pair(stride, kernel_size)
+    (ph, pw), (dh, dw) = _pair(padding), _pair(dilation)
+    out_h, out_w = grad.size[-2], grad.size[-1]
+    width = x.size[-1]
+    load_grad, load_index = grad.loader(), indices.loader()
+    work = compute_dtype(meta.dtype)
+
+    def window_of(position: Expr, tap: int, stride: int, pad: int, dilate: int, size: int):
+        """The output position whose window has ``position`` at ``tap``, and when it exists.
+        ``position + pad - tap * dilate`` may be negative: shifted up by whole strides first
+        (floor division and modulo take non-negative operands)."""
+        lead = stride * (-(-(tap * dilate) // stride))
+        shifted = position + (pad - tap * dilate + lead)
+        window = shifted.floordiv(stride) - lead // stride
+        exists = _all_of(
+            ops.eq(ops.index_expr(shifted.mod(stride), torch.int64), ops.constant(0, torch.int64))
+            if stride > 1
+            else None,
+            _in_range(window, 0, size),
+        )
+        return window, exists
+
+    def body(index):
+        flat = ops.index_expr(index[-2] * width + index[-1], torch.int64)
+        total = ops.constant(0.0, work)
+        for i in range(kh):
+            row, row_ok = window_of(index[-2], i, sh, ph, dh, out_h)
+            for j in range(kw):
+                col, col_ok = window_of(index[-1], j, sw, pw, dw, out_w)
+                src = [*index[:-2], row, col]
+                ok = _all_of(row_ok, col_ok)
+
+                def gradient_if_max(src=src):
+                    hit = ops.eq(load_index(src), flat)
+                    return ops.where(
+                        hit, ops.to_dtype(load_grad(src), work), ops.constant(0.0, work)
+                    )
+
+                part = gradient_if_max() if ok is None else ops.masked(ok, gradient_if_max, 0.0)
+                total = ops.add(total, part)
+        return ops.to_dtype(total, work)
+
+    cost = kh * kw * 4 + cost_of(grad, indices)
+    return PointwiseValue(_size(meta), meta.dtype, meta.device, body, cost)

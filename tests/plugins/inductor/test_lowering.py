@@ -377,3 +377,33 @@ def test_max_pool_training_matches_eager_through_eager_s_backward():
         torch.autograd.grad(out, [x, w], grad), torch.autograd.grad(expected, [x, w], grad)
     ):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton"])
+@pytest.mark.parametrize(
+    "shape, kernel, stride, padding, dilation, ceil_mode",
+    [
+        ((2, 4, 9, 9), [3, 3], [2, 2], [1, 1], [1, 1], False),  # ResNet's stem
+        ((2, 3, 10, 10), [3, 3], [1, 1], [1, 1], [1, 1], False),  # overlapping windows
+        ((3, 7, 9), [3, 2], [1, 2], [1, 0], [2, 1], True),  # dilated, ceil, no batch
+        ((1, 2, 7, 7), [5, 5], [2, 2], [2, 2], [1, 1], False),
+    ],
+)
+@pytest.mark.parametrize("ties", [False, True])
+def test_max_pool_backward_is_eager_s(
+    shape, kernel, stride, padding, dilation, ceil_mode, ties, cpu_backend, monkeypatch
+):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if cpu_backend == "triton":
+        pytest.importorskip("triton", reason="triton is not installed")
+    aten = torch.ops.aten
+    x = torch.zeros(shape) if ties else torch.randn(shape)  # ties: one element wins many windows
+    out, indices = aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)
+
+    def backward(grad, x, indices):
+        return aten.max_pool2d_with_indices_backward(
+            grad, x, kernel, stride, padding, dilation, ceil_mode, indices
+        )
+
+    compiled = check(backward, torch.randn_like(out), x, indices, cpu_backend=cpu_backend)
+    assert not compiled.fallbacks
