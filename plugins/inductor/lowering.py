@@ -1623,4 +1623,6 @@ def _max_pool2d_backward(
         return ops.to_dtype(total, work)
 
     cost = kh * kw * 4 + cost_of(grad, indices)
-    return PointwiseValue(_size(meta), meta.dtype, meta.device, body, cost)
+    # stored once: the batch norm backward before it reads it twice (its reduction, then
+    # its pointwise part), and each read would gather every tap again
+    return g.realize(PointwiseValue(_size(meta), meta.dtype, meta.device, body, cost))
