@@ -21,6 +21,7 @@ from torchkiln import config
 from torchkiln.chain import BackendChain, Link
 from torchkiln.compiled_module import CompiledModule
 from torchkiln.disk_cache import Uncacheable, stable_name
+from torchkiln.distributed import CompiledDDP, bucketed, is_ddp
 from torchkiln.exc import BackendCompilerFailed, InvalidBackendChain, InvalidOptionError
 from torchkiln.options import check_options, did_you_mean, option_mapping
 from torchkiln.plugin import MODE_DESCRIPTIONS, MODES, Backend
@@ -66,9 +67,10 @@ class GraphCompiler:
             )
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        compile_one = bucketed(self._compile)  # split at DDP's buckets inside a DDP forward
         if self.static_shapes and has_symbolic_inputs(gm):
-            return PerSizeCompiled(gm, self._compile, example_inputs)
-        return self._compile(gm, example_inputs)
+            return PerSizeCompiled(gm, compile_one, example_inputs)
+        return compile_one(gm, example_inputs)
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         try:
@@ -193,6 +195,8 @@ def _wrap(
             type(model).__name__,
         )
         return model
+    if is_ddp(model):
+        return CompiledDDP(model, compile_fn)
     if isinstance(model, torch.nn.Module):
         return CompiledModule(model, compile_fn)
     if not callable(model):

@@ -32,6 +32,10 @@ guard_strides: bool = True
 #: (``Backend.capabilities``); smaller ones go to the next backend of the chain.
 partition_min_ops: int = 1
 
+#: Split a graph captured inside a ``DistributedDataParallel`` forward at DDP's gradient
+#: buckets (``bucket_cap_mb``), so all-reduces overlap the backward (``torchkiln.distributed``).
+ddp_bucket_split: bool = True
+
 
 def _env_flag(name: str, default: bool) -> bool:
     """A boolean from the environment: 1/0, true/false, yes/no or on/off."""

@@ -24,6 +24,7 @@ ARTIFACTS = {
     "capture_cache": "captures kept on disk: loads, stores, and why a capture was not kept",
     "backends": "plugin discovery: which plugins loaded, which failed and why",
     "partitions": "each graph split by backend: its partitions, which ops went where and why",
+    "distributed": "each graph split at DDP's gradient buckets, or why it was not split",
 }
 
 log = logging.getLogger("torchkiln")

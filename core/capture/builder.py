@@ -137,6 +137,10 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
             guards.identity(source, value)
             guards.identity(f"{source}.__wrapped__", value.__wrapped__)
         return V.UserFunctionVariable(value.__wrapped__, source)
+    if V.numpy_arrays.is_numpy_callable(value):
+        if source:
+            guards.identity(source, value)
+        return V.numpy_arrays.NumpyFunctionVariable(value, source)
     decorated = grad_mode_decorated(value)
     if decorated is not None:
         mode, func = decorated

@@ -242,13 +242,7 @@ def _dict(
     tx: Translator, arg: V.VariableTracker | None = None, **kwargs: V.VariableTracker
 ) -> V.VariableTracker:
     items: dict = {}
-    if isinstance(arg, V.DictVariable):
-        items.update(arg.items)
-    elif arg is not None:
-        for pair in _iter_items(tx, arg):
-            key, value = tx.unpack_iterable(pair)
-            items[key.as_python_constant()] = value
-    items.update(kwargs)
+    V.containers.update_items(tx, items, arg, kwargs)
     return V.DictVariable(items)
 
 
@@ -404,6 +398,25 @@ def _scalar(fn: Any) -> Any:
     return handler
 
 
+def _text(fn: Any, otherwise: Any) -> Any:
+    """``str()``/``repr()``: of a user object, its class's ``__str__``/``__repr__`` (an
+    exception's text comes from its arguments, as its model in ``exceptions`` gives it)."""
+
+    def handler(
+        tx: Translator, *args: V.VariableTracker, **kwargs: V.VariableTracker
+    ) -> V.VariableTracker:
+        if (
+            len(args) == 1
+            and not kwargs
+            and isinstance(args[0], V.UserObjectVariable)
+            and not isinstance(args[0], V.exceptions.ExceptionVariable)
+        ):
+            return V.dunders.text(tx, args[0], f"__{fn.__name__}__")
+        return otherwise(tx, *args, **kwargs)
+
+    return handler
+
+
 def _sorted(
     tx: Translator,
     it: V.VariableTracker,
@@ -492,7 +505,8 @@ _HANDLERS: dict[Any, Any] = {
     int: _scalar(int),
     float: _scalar(float),
     bool: _bool,
-    str: _scalar(str),
+    str: _text(str, _scalar(str)),
+    repr: _text(repr, lambda tx, *args, **kwargs: _fold_reading(tx, repr, list(args), kwargs)),
     sorted: _sorted,
     map: _map,
     filter: _filter,
@@ -533,6 +547,7 @@ def python_function(fn: Any) -> Any:
     for table in (
         PYTHON_FUNCTIONS,
         V.records.PYTHON_FUNCTIONS,
+        V.mappings.PYTHON_FUNCTIONS,
         V.collection_types.PYTHON_FUNCTIONS,
         V.assertions.PYTHON_FUNCTIONS,
     ):

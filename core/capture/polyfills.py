@@ -15,6 +15,7 @@ Index arithmetic over constant ranges is left to the real ``itertools``
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import operator
@@ -223,7 +224,31 @@ def methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     return lambda obj: getattr(obj, name)(*args, **kwargs)
 
 
+def dict_fromkeys(iterable: Any, value: Any = None, /) -> Any:
+    return fill_keys({}, iterable, value)
+
+
+def defaultdict_fromkeys(iterable: Any, value: Any = None, /) -> Any:
+    return fill_keys(collections.defaultdict(), iterable, value)
+
+
+def ordereddict_fromkeys(iterable: Any, value: Any = None) -> Any:
+    return fill_keys(collections.OrderedDict(), iterable, value)
+
+
+def fill_keys(made: Any, iterable: Any, value: Any) -> Any:
+    """``cls.fromkeys``: ``cls()``, then each key set to ``value`` in the iterable's order."""
+    for key in iterable:
+        made[key] = value
+    return made
+
+
 POLYFILLS: dict[Any, Any] = {
+    dict.fromkeys: dict_fromkeys,
+    dict.__dict__["fromkeys"]: dict_fromkeys,
+    collections.defaultdict.fromkeys: defaultdict_fromkeys,
+    collections.OrderedDict.fromkeys: ordereddict_fromkeys,
+    collections.OrderedDict.__dict__["fromkeys"]: ordereddict_fromkeys,
     itertools.chain: chain,
     itertools.chain.__dict__["from_iterable"]: chain_from_iterable,
     itertools.chain.from_iterable: chain_from_iterable,

@@ -14,6 +14,7 @@ import torch
 
 from torchkiln.capture import builtins
 from torchkiln.capture import variables as V
+from torchkiln.distributed import capture_rules as distributed_rules
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -75,8 +76,24 @@ def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.
         value = fn(*consts, **kw)
         tx.output.guards.state_query(fn, tuple(consts), kw, value)
         return V.ConstantVariable(value)
+    if (
+        fn in (torch.from_numpy, torch.as_tensor)
+        and len(args) == 1
+        and not kwargs
+        and isinstance(args[0], V.numpy_arrays.NumpyArrayVariable)
+    ):  # the tensor that shares the array's memory
+        return V.numpy_arrays.to_tensor(args[0])
     if fn is torch.is_tensor:
         return V.ConstantVariable(isinstance(args[0], V.TensorVariable))
+    if distributed_rules.is_distributed(fn):
+        if distributed_rules.is_state_query(fn, args, kwargs):
+            value = fn()
+            tx.output.guards.state_query(fn, (), {}, value)
+            return V.ConstantVariable(value)
+        reason = distributed_rules.refusal(fn)
+        if reason is not None:
+            raise Unsupported(reason)
+        args, kwargs = distributed_rules.group_names(tx, args, kwargs)
     module = getattr(fn, "__module__", "") or ""
     if module.startswith(("torch._dynamo", "torch.compiler", "torch.utils.data")):
         raise Unsupported(f"{module}.{getattr(fn, '__name__', fn)}")

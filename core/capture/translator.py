@@ -281,24 +281,6 @@ class Translator:
         result = a.binary(self, symbol, b, False) or b.binary(self, symbol, a, True)
         if result is not None:
             return result
-        if inplace and isinstance(a, V.ListVariable) and base in "+*":
-            if base == "+":
-                a.call_method(self, "extend", [b], {})
-            else:
-                self.output.side_effects.mutate(a)
-                a.items *= b.as_python_constant()
-            return a
-        if isinstance(a, V.ContainerVariable) and base == "+" and type(a) is type(b):
-            return (
-                type(a)([*a.items, *b.items])
-                if isinstance(a, V.ListVariable)
-                else V.TupleVariable([*a.items, *b.items])
-            )
-        if isinstance(a, V.ContainerVariable) and base == "*" and b.is_constant():
-            items = a.items * b.as_python_constant()
-            return (
-                V.ListVariable(items) if isinstance(a, V.ListVariable) else V.TupleVariable(items)
-            )
         if symbol in ("==", "!="):
             equal = self.equals(a, b)
             if equal is not None:
@@ -336,6 +318,8 @@ class Translator:
             return a.as_python_constant() is b.as_python_constant()
         if isinstance(a, V.OpaqueVariable) or isinstance(b, V.OpaqueVariable):
             return None
+        if any(isinstance(v, V.UserObjectVariable) and v.value is None for v in (a, b)):
+            return False  # an object the frame built has one tracker: ``a is b`` caught it
         if (
             isinstance(a, V.ValueVariable)
             and isinstance(b, V.ValueVariable)
@@ -361,7 +345,11 @@ class Translator:
             return self.output.call_op("call_function", operator.getitem, [obj, index], {})
         if isinstance(obj, V.NNModuleVariable):
             return self.output.module_getitem(obj, index.as_python_constant())
-        if isinstance(obj, (V.ContainerVariable, V.DictVariable, V.DequeVariable)):
+        if isinstance(obj, V.numpy_arrays.NumpyArrayVariable):
+            return obj.getitem(self, index)
+        if isinstance(obj, V.DictVariable):
+            return obj.getitem(self, V.sets.key_of(index))
+        if isinstance(obj, (V.ContainerVariable, V.DequeVariable)):
             return obj.getitem(self, index.as_python_constant())
         if obj.is_constant() and index.is_constant():
             return fold(operator.getitem, obj.as_python_constant(), index.as_python_constant())
@@ -699,7 +687,7 @@ class Translator:
         if isinstance(container, V.DictViewVariable) and container.kind == "keys":
             container = container.mapping
         if isinstance(container, V.DictVariable):
-            found = item.as_python_constant() in container.items
+            found = V.sets.key_of(item) in container.items
         elif isinstance(container, V.SetVariable):
             found = container.contains(self, item)
         elif isinstance(container, V.NNModuleVariable) and isinstance(
@@ -782,6 +770,8 @@ class Translator:
                 obj.items[index] = value
         elif isinstance(obj, (V.UserObjectVariable, V.DequeVariable)):
             self.call_function(self.getattr(obj, "__setitem__"), [key, value], {})
+        elif isinstance(obj, V.numpy_arrays.NumpyArrayVariable):
+            obj.call_method(self, "__setitem__", [key, value], {})
         else:
             raise Unsupported(f"item assignment on {obj.describe()}")
 
@@ -808,9 +798,7 @@ class Translator:
     def BUILD_MAP(self, inst: dis.Instruction) -> None:
         flat = self.popn(2 * inst.arg)
         self.push(
-            V.DictVariable(
-                {flat[i].as_python_constant(): flat[i + 1] for i in range(0, len(flat), 2)}
-            )
+            V.DictVariable({V.sets.key_of(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)})
         )
 
     def BUILD_CONST_KEY_MAP(self, inst: dis.Instruction) -> None:
@@ -834,6 +822,16 @@ class Translator:
         """``format(str|repr|ascii(value), spec)`` (``conversion`` 1, 2, 3; 0 for none)."""
         if isinstance(value, V.TensorVariable):
             raise Unsupported("formatting a tensor into a string needs its value")
+        if isinstance(value, V.dunders.RuntimeReprVariable) and not (conversion or spec):
+            return value  # 3.13's FORMAT_SIMPLE after CONVERT_VALUE: the text as it is
+        if isinstance(value, V.UserObjectVariable) and not isinstance(value, V.ExceptionVariable):
+            if conversion in (1, 2):
+                value = V.dunders.text(self, value, ("__str__", "__repr__")[conversion - 1])
+                if not spec:  # ``format(text, "")`` is the text (one built at run time too)
+                    return value
+                conversion = 0
+            elif conversion == 0:
+                return V.dunders.format_of(self, value, spec)
         real = value.as_python_constant()
         if conversion:
             real = (str, repr, ascii)[conversion - 1](real)
@@ -860,7 +858,7 @@ class Translator:
     def MAP_ADD(self, inst: dis.Instruction) -> None:
         value = self.pop()
         key = self.pop()
-        self.stack[-inst.arg].items[key.as_python_constant()] = value
+        self.stack[-inst.arg].items[V.sets.key_of(key)] = value
 
     def LIST_EXTEND(self, inst: dis.Instruction) -> None:
         seq = self.pop()
@@ -872,9 +870,9 @@ class Translator:
 
     def DICT_UPDATE(self, inst: dis.Instruction) -> None:
         other = self.pop()
-        if not isinstance(other, V.DictVariable):
+        if not isinstance(other, (V.DictVariable, V.UserObjectVariable)):
             raise Unsupported(f"** of {other.describe()}")
-        self.stack[-inst.arg].items.update(other.items)
+        self.stack[-inst.arg].items.update(V.merged_items(self, other))
 
     DICT_MERGE = DICT_UPDATE
 
@@ -1080,9 +1078,9 @@ class Translator:
         args = self.unpack_iterable(args_vt)
         kwargs = {}
         if kwargs_vt is not None:
-            if not isinstance(kwargs_vt, V.DictVariable):
+            if not isinstance(kwargs_vt, (V.DictVariable, V.UserObjectVariable)):
                 raise Unsupported(f"** of {kwargs_vt.describe()}")
-            kwargs = dict(kwargs_vt.items)
+            kwargs = V.merged_items(self, kwargs_vt)
         self.push(self.call_function(fn, args, kwargs))
 
     def MAKE_FUNCTION(self, inst: dis.Instruction) -> None:

@@ -29,6 +29,7 @@ One module per family:
 | ``dunders`` | operators, ``hash`` where an operand is a user object |
 | ``assertions`` | ``unittest.TestCase.assert*`` called in traced code |
 | ``records`` | dataclasses and dict-backed user objects (``ModelOutput``), ``dataclasses.fields``... |
+| ``mappings`` | ``collections.abc.Mapping`` subclasses: their views, ``dict(obj)`` and ``**obj`` |
 | ``opaque`` | objects not traced into (C functions, TorchScript...) |
 | ``lookups`` | C methods and mapping lookups on real objects, answered at capture time |
 | ``nn_modules`` | ``nn.Module`` instances |
@@ -89,6 +90,7 @@ from torchkiln.capture.variables.iterators import (
     ZipVariable,
 )
 from torchkiln.capture.variables.lookups import literal_repr
+from torchkiln.capture.variables.mappings import MappingViewVariable, merged_items
 from torchkiln.capture.variables.nn_modules import NNModuleVariable
 from torchkiln.capture.variables.objects import (
     ClassVariable,
@@ -113,7 +115,7 @@ from torchkiln.capture.variables.torch_objects import (
 
 # isort: split
 # families read as ``V.<module>``, imported once the classes they use exist
-from torchkiln.capture.variables import assertions, descriptors, dunders  # noqa: F401
+from torchkiln.capture.variables import assertions, descriptors, dunders, numpy_arrays  # noqa: F401
 
 __all__ = [
     "CONSTANT_TYPES",
@@ -142,6 +144,7 @@ __all__ = [
     "IteratorVariable",
     "ListVariable",
     "MapVariable",
+    "MappingViewVariable",
     "NNModuleVariable",
     "NestedFunctionVariable",
     "NullContextVariable",
@@ -170,5 +173,6 @@ __all__ = [
     "is_constant_value",
     "is_missing_attribute",
     "literal_repr",
+    "merged_items",
     "real_value",
 ]

@@ -12,7 +12,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from torchkiln.capture.runtime import iterator_at
-from torchkiln.capture.variables import constants, containers
+from torchkiln.capture.variables import constants, containers, sets
 from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -34,9 +34,9 @@ class OrderedDictVariable(containers.DictVariable):
         last = options.get("last", constants.ConstantVariable(True)).as_python_constant()
         items = self.items
         if name == "move_to_end":
-            key = options["key"].as_python_constant()
+            key = sets.key_of(options["key"])
             if key not in items:
-                raise Unsupported(f"move_to_end of missing key {key!r} (KeyError)")
+                self.missing_key(key)
             tx.output.side_effects.mutate(self)
             value = items.pop(key)
             rest = {} if last else items.copy()
@@ -49,7 +49,7 @@ class OrderedDictVariable(containers.DictVariable):
             raise Unsupported("popitem() of an empty OrderedDict (KeyError)")
         tx.output.side_effects.mutate(self)
         key = list(items)[-1 if last else 0]
-        return containers.TupleVariable([constants.ConstantVariable(key), items.pop(key)])
+        return containers.TupleVariable([sets.tracker_of(key), items.pop(key)])
 
     def copy(self) -> containers.DictVariable:
         return OrderedDictVariable(self.items)

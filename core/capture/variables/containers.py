@@ -9,8 +9,21 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
-from torchkiln.capture.variables import constants, exceptions, functions, iterators, sets, tensors
-from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
+from torchkiln.capture.variables import (
+    constants,
+    exceptions,
+    functions,
+    iterators,
+    mappings,
+    objects,
+    sets,
+)
+from torchkiln.capture.variables.base import (
+    MISSING,
+    IteratorVariable,
+    VariableTracker,
+    class_lookup,
+)
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -56,6 +69,46 @@ class ContainerVariable(VariableTracker):
                     reason=f"index {index} out of range of a {self.describe()}",
                 ) from e
         raise Unsupported(f"indexing a {self.describe()} with {type(index).__name__}")
+
+    def binary(
+        self, tx: Translator, symbol: str, other: VariableTracker, reflected: bool
+    ) -> VariableTracker | None:
+        """``+`` of two lists or two tuples and ``*`` by an int make a new sequence;
+        ``+=`` (any iterable) and ``*=`` change a list in place."""
+        op = symbol.removesuffix("=")
+        in_place = op != symbol and not reflected and isinstance(self, ListVariable)
+        if op == "*":
+            count = other.as_python_constant() if other.is_constant() else None
+            if not isinstance(count, int):
+                return None  # Python's TypeError, or a symbolic count: the caller breaks
+            if not in_place:
+                return self.rebuilt(self.items * count)
+            tx.output.side_effects.mutate(self)
+            self.items *= count
+            return self
+        if op != "+":
+            return None
+        if in_place:
+            self.call_method(tx, "extend", [other], {})
+            return self
+        kind = list if isinstance(self, ListVariable) else tuple
+        others = sequence_items(other, kind)
+        if others is None:
+            return None
+        return self.rebuilt([*others, *self.items] if reflected else [*self.items, *others])
+
+    def rebuilt(self, items: list[VariableTracker]) -> ContainerVariable:
+        """A new plain list or tuple (what ``+`` and ``*`` give, for subclasses too)."""
+        return ListVariable(items) if isinstance(self, ListVariable) else TupleVariable(items)
+
+
+def sequence_items(vt: VariableTracker, kind: type) -> list[VariableTracker] | None:
+    """The items of ``vt`` if it is a ``kind`` (list or tuple, subclasses included), else None."""
+    if isinstance(vt, ContainerVariable) and issubclass(vt.python_type(), kind):
+        return vt.items
+    if vt.is_constant() and isinstance(vt.as_python_constant(), kind):
+        return [constants.ConstantVariable(v) for v in vt.as_python_constant()]
+    return None
 
 
 def method_of(obj: VariableTracker, name: str) -> VariableTracker:
@@ -170,6 +223,13 @@ class TupleVariable(ContainerVariable):
             return constants.ConstantVariable(tuple(self.fields))
         if name in ("index", "count", "_asdict", "_replace"):
             return functions.BoundMethodVariable(self, name)
+        attr = class_lookup(self.cls, name) if self.cls is not tuple else MISSING
+        if isinstance(attr, types.FunctionType):  # a method of a namedtuple subclass
+            return functions.UserMethodVariable(attr, self)
+        if isinstance(attr, staticmethod):
+            return tx.output.wrap(attr.__func__, None)
+        if isinstance(attr, classmethod):
+            return functions.UserMethodVariable(attr.__func__, tx.output.wrap(self.cls, None))
         raise Unsupported(f"attribute {name!r} of {self.cls.__name__}")
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
@@ -187,10 +247,14 @@ class TupleVariable(ContainerVariable):
 
 
 DICT_MUTATORS = ("__setitem__", "update", "pop", "setdefault", "clear", "popitem", "__delitem__")
+#: The dict methods whose first argument is a key.
+KEYED_METHODS = ("__setitem__", "__getitem__", "__delitem__", "get", "pop", "setdefault",
+                 "__contains__")  # fmt: skip
 
 
 class DictVariable(VariableTracker):
-    """A dict with constant keys; mutations of a dict with a source are replayed."""
+    """A dict; mutations of a dict with a source are replayed. Its keys are ``sets.key_of``
+    keys: constants as themselves, tensors and objects by identity (``sets.Element``)."""
 
     def __init__(self, items: dict, source: str | None = None):
         self.items = dict(items)
@@ -203,7 +267,7 @@ class DictVariable(VariableTracker):
         return bool(self.items)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
-        return [constants.ConstantVariable(k) for k in self.items]
+        return [sets.tracker_of(k) for k in self.items]
 
     def make_iterator(self, tx: Translator) -> IteratorVariable:
         return iterators.DictIteratorVariable(self, "keys")
@@ -221,12 +285,20 @@ class DictVariable(VariableTracker):
 
     def missing(self, tx: Translator, key: Any) -> VariableTracker:
         """``self[key]`` for a key not in the dict (``__missing__`` of the subclasses)."""
+        self.missing_key(key)
+
+    @staticmethod
+    def missing_key(key: Any) -> None:
+        """Python's ``KeyError`` for ``key`` (raised in the frame: it may catch it)."""
+        if isinstance(key, sets.Element):
+            raise Unsupported(f"KeyError for a missing {key.vt.describe()} key")
         raise exceptions.error(KeyError, key, reason=f"dict key {key!r} not found")
 
     def reconstruct_literal(self, codegen: Any) -> str:
         """A new dict of this kind with the current items (``codegen.literal``)."""
         entries = (
-            f"{codegen.constant(k)}: {codegen.reconstruct(v)}" for k, v in self.items.items()
+            f"{codegen.reconstruct(sets.tracker_of(k))}: {codegen.reconstruct(v)}"
+            for k, v in self.items.items()
         )
         return "{" + ", ".join(entries) + "}"
 
@@ -236,10 +308,7 @@ class DictVariable(VariableTracker):
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         items = self.items
-        consts = [
-            a.as_python_constant() if a.is_constant() or tensors.holds_size(a) else a
-            for a in args[:1]
-        ]  # a key holding a symbolic size is specialized: dict keys hash their values
+        consts = [sets.key_of(args[0])] if name in KEYED_METHODS and args else []
         if name in DICT_MUTATORS:
             tx.output.side_effects.mutate(self)
         if name == "__setitem__":
@@ -252,8 +321,10 @@ class DictVariable(VariableTracker):
             if not items:
                 raise Unsupported("popitem() of an empty dict (KeyError)")
             key, value = items.popitem()
-            return TupleVariable([constants.ConstantVariable(key), value])
+            return TupleVariable([sets.tracker_of(key), value])
         elif name == "__delitem__":
+            if consts[0] not in items:
+                self.missing_key(consts[0])
             del items[consts[0]]
         elif name == "get":
             return items.get(
@@ -262,13 +333,9 @@ class DictVariable(VariableTracker):
         elif name in ("keys", "values", "items"):
             return DictViewVariable(self, name)
         elif name == "update":
-            if args:
-                other = args[0]
-                if not isinstance(other, DictVariable):
-                    raise Unsupported(f"dict.update with {other.describe()}")
-                items.update(other.items)
-            for key, value in kwargs.items():
-                items[key] = value
+            if len(args) > 1:
+                raise Unsupported(f"dict.update with {len(args)} positional arguments (TypeError)")
+            update_items(tx, items, args[0] if args else None, kwargs)
         elif name == "pop":
             if consts[0] in items:
                 return items.pop(consts[0])
@@ -295,6 +362,34 @@ class DictVariable(VariableTracker):
         return DictVariable(self.items)
 
 
+def update_items(
+    tx: Translator, items: dict, arg: VariableTracker | None, kwargs: dict[str, VariableTracker]
+) -> None:
+    """What ``dict(arg, **kwargs)`` and ``d.update(arg, **kwargs)`` put into ``items``: a
+    mapping (anything with ``keys()``) read by its keys, else an iterable of (key, value)
+    pairs, each of exactly two items; then the keyword arguments."""
+    if arg is not None and _is_mapping(tx, arg):
+        items.update(mappings.merged_items(tx, arg))
+    elif arg is not None:
+        for n, pair in enumerate(tx.unpack_iterable(arg)):
+            parts = tx.unpack_iterable(pair)
+            if len(parts) != 2:
+                message = f"dictionary update sequence element #{n} has length {len(parts)}; 2 is required"
+                raise exceptions.error(ValueError, message, reason=message)
+            items[sets.key_of(parts[0])] = parts[1]
+    items.update(kwargs)
+
+
+def _is_mapping(tx: Translator, arg: VariableTracker) -> bool:
+    """Whether ``dict(arg)`` reads ``arg`` as a mapping: it has a ``keys`` attribute (an
+    object's own attributes count; builtin values have only their type's)."""
+    if isinstance(arg, DictVariable):
+        return True
+    if isinstance(arg, objects.UserObjectVariable):
+        return arg.has_attribute(tx, "keys")
+    return hasattr(arg.python_type(), "keys")
+
+
 class ReadOnlyDictVariable(DictVariable):
     """A ``types.MappingProxyType`` of constants: read like a dict, writes refused as Python does.
 
@@ -313,10 +408,10 @@ class ReadOnlyDictVariable(DictVariable):
 def _dict_entries(mapping: DictVariable, kind: str) -> list[VariableTracker]:
     """What iterating ``mapping.<kind>()`` gives now."""
     if kind == "keys":
-        return [constants.ConstantVariable(k) for k in mapping.items]
+        return [sets.tracker_of(k) for k in mapping.items]
     if kind == "values":
         return list(mapping.items.values())
-    return [TupleVariable([constants.ConstantVariable(k), v]) for k, v in mapping.items.items()]
+    return [TupleVariable([sets.tracker_of(k), v]) for k, v in mapping.items.items()]
 
 
 class DictViewVariable(VariableTracker):

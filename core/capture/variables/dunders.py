@@ -12,7 +12,7 @@ class takes part in ``__torch_function__``.
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torchkiln.capture.variables import constants, functions, objects, tensors
 from torchkiln.capture.variables.base import MISSING, VariableTracker, class_lookup
@@ -65,6 +65,59 @@ def hash_of(tx: Translator, obj: objects.UserObjectVariable) -> VariableTracker:
         raise Unsupported(f"__hash__ of {obj.describe()} returned {type(value).__name__}")
     in_range = -(2**63) <= value < 2**63 and value != -1
     return constants.ConstantVariable(value if in_range else hash(value))
+
+
+def text(tx: Translator, obj: objects.UserObjectVariable, name: str) -> VariableTracker:
+    """``str(obj)`` (``name`` "__str__") or ``repr(obj)`` ("__repr__"): the class's method
+    inlined, its result a string (``object.__str__`` is ``repr``); ``object.__repr__``'s text
+    names the object's address, known only when the frame runs."""
+    if name == "__str__" and class_lookup(obj.cls, name) is object.__str__:
+        name = "__repr__"
+    if class_lookup(obj.cls, name) is object.__repr__:
+        return RuntimeReprVariable(obj)
+    result = _call(tx, obj, name)
+    if result is None or not (result.is_constant() and type(result.as_python_constant()) is str):
+        raise Unsupported(f"{name} of {obj.describe()} did not return a string (TypeError)")
+    return result
+
+
+def format_of(tx: Translator, obj: objects.UserObjectVariable, spec: str) -> VariableTracker:
+    """``format(obj, spec)``: the class's ``__format__`` inlined; ``object.__format__`` is
+    ``str(obj)`` for an empty spec and Python's ``TypeError`` for any other."""
+    if class_lookup(obj.cls, "__format__") is not object.__format__:
+        result = _call(tx, obj, "__format__", constants.ConstantVariable(spec))
+        if result is None or not result.is_constant():
+            raise Unsupported(f"__format__ of {obj.describe()} did not return a string")
+        return result
+    if spec:
+        raise Unsupported(f"format spec {spec!r} for {obj.describe()} (TypeError)")
+    return text(tx, obj, "__str__")
+
+
+class RuntimeReprVariable(VariableTracker):
+    """``object.__repr__(obj)``: ``<module.Class object at 0x...>``, whose address is the
+    object's when the frame runs, so the string is built then, never folded."""
+
+    def __init__(self, obj: objects.UserObjectVariable):
+        self.obj = obj
+
+    def python_type(self) -> type:
+        return str
+
+    def truth(self, tx: Translator) -> bool:
+        return True  # never empty
+
+    def as_python_constant(self):
+        raise Unsupported(
+            f"the repr of {self.obj.describe()} names its address, known only at run time "
+            "(define __repr__ or __str__ on the class to use the text in the frame)"
+        )
+
+    def describe(self) -> str:
+        return f"repr() of {self.obj.describe()}"
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"{codegen.bind(object.__repr__, 'object_repr')}({codegen.reconstruct(self.obj)})"
 
 
 def _reflected_first(a: VariableTracker, b: VariableTracker, name: str) -> bool:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture.runtime import iterator_at
-from torchkiln.capture.variables import constants, containers, exceptions, functions
+from torchkiln.capture.variables import constants, containers, exceptions, functions, sets
 from torchkiln.capture.variables.base import IteratorVariable, VariableTracker
 from torchkiln.exc import Unsupported
 
@@ -78,11 +78,11 @@ class DictIteratorVariable(IteratorVariable):
     def _entry(self, key: Any) -> VariableTracker:
         value = self.mapping.items[key]
         if self.kind == "keys":
-            return constants.ConstantVariable(key)
+            return sets.tracker_of(key)
         return (
             value
             if self.kind == "values"
-            else containers.TupleVariable([constants.ConstantVariable(key), value])
+            else containers.TupleVariable([sets.tracker_of(key), value])
         )
 
     def remaining(self) -> list[VariableTracker]:

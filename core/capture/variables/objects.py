@@ -54,6 +54,8 @@ class ClassVariable(ValueVariable):
         return builtins.construct_class(tx, self.value, args, kwargs)
 
     def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name == "__dict__":  # the class's namespace, not the instances' ``__dict__`` slot
+            return self.class_dict(tx)
         try:
             value = (
                 self.value.__dict__[name]
@@ -75,6 +77,16 @@ class ClassVariable(ValueVariable):
         if self.value.__flags__ & _IMMUTABLE_TYPE:  # no guard: its attributes cannot change
             return tx.output.wrap(value, None)
         return tx.output.wrap(value, f"{self.source}.{name}" if self.source else None)
+
+    def class_dict(self, tx: Translator) -> VariableTracker:
+        """``cls.__dict__``: a read-only mapping whose keys are guarded in order (a class
+        attribute added or removed recompiles); each value is read through it."""
+        source = f"{self.source or tx.output.guards.bind(self.value, 'cls')}.__dict__"
+        namespace = self.value.__dict__
+        keys = list(namespace)
+        tx.output.guards.add(f"list({source}) == {keys!r}", 2, f"keys of {source} are {keys!r}")
+        items = {k: tx.output.wrap(v, f"{source}[{k!r}]") for k, v in namespace.items()}
+        return containers.ReadOnlyDictVariable(items, source)
 
 
 class UserObjectVariable(ValueVariable):

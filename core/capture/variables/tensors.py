@@ -9,7 +9,7 @@ import torch
 
 from torchkiln import config
 from torchkiln.capture.guards import COST_TENSOR
-from torchkiln.capture.variables import constants
+from torchkiln.capture.variables import constants, numpy_arrays
 from torchkiln.capture.variables.base import MISSING, VariableTracker, class_lookup
 from torchkiln.exc import Unsupported
 
@@ -53,6 +53,8 @@ class TensorVariable(VariableTracker):
             raise Unsupported(f"hasattr(tensor, {name!r}) raised {type(e).__name__}") from e
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name == "numpy" and not args and not kwargs:
+            return numpy_arrays.from_tensor(tx, self)
         guard_tensor_state(tx, self, name)
         return tx.output.tensor_method(self, name, args, kwargs)
 

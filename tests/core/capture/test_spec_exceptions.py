@@ -252,3 +252,14 @@ def test_graph_break_in_a_handler_that_reraises(backend, capsys):
 
     # ``raise`` needs the exception being handled, which only eager has: the frame runs eagerly
     check_compiled(fn, vec, backend=backend, graphs=0, capsys=capsys)
+
+
+def test_caught_exception_formats_into_a_string(backend):
+    def fn(x):
+        try:
+            [1, 2][5]
+        except IndexError as e:
+            n = len(f"{e}") + len(f"{e!r}") + len(str(e))
+        return x + n
+
+    one_graph(fn, backend)

@@ -196,10 +196,10 @@ def test_tolist_result_is_returned(backend):
 def test_numpy_result_is_appended_to_a_list(backend):
     def fn(x, sink):
         y = x.sin()
-        sink.append(y.numpy())
+        sink.append(y.numpy())  # captured: the array is rebuilt after the graph
         return y.cos()
 
-    check_compiled(fn, lambda: (torch.randn(4), []), backend=backend, graphs=2, breaks=1)
+    check_compiled(fn, lambda: (torch.randn(4), []), backend=backend, graphs=1)
 
 
 def test_logging_call_between_graphs(backend, caplog):

@@ -9,6 +9,7 @@ graph compiled.
 import logging
 import zlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,7 +38,7 @@ def breaks_on_tolist(x, log):
 
 def breaks_on_numpy(x, log):
     log.append("started")
-    return x.numpy()  # <- break
+    return x + torch.from_numpy(np.random.rand(3))  # <- break
 
 
 def breaks_on_data_dependent_if(x, log):
