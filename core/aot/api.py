@@ -157,6 +157,14 @@ class _AOTCompiled:
             return self.gm.forward(*args)
         key = _plan_key(args, grad_enabled)
         _, plan, finish = self.plans.get(key) or self._new_plan(key, args)
+        if torch._C._is_any_autocast_enabled():
+            # tracing baked the casts in (and a region the graph left with autocast off):
+            # autocast must not cast the plan's ops again
+            with torch._C._DisableAutocast():
+                return self._run(plan, finish, args, grad_enabled)
+        return self._run(plan, finish, args, grad_enabled)
+
+    def _run(self, plan: Any, finish: Any, args: Sequence, grad_enabled: bool) -> Any:
         if isinstance(plan, TrainingPlan):
             return finish(args, run_training(plan, args))
         # ``torch.no_grad()`` as two C calls: a context manager object per call costs more

@@ -26,7 +26,7 @@ from torch._library.custom_ops import CustomOpDef
 
 from torchkiln.capture import polyfills
 from torchkiln.capture import variables as V
-from torchkiln.capture.runtime import GradModeRestore
+from torchkiln.capture.runtime import AutocastRestore, GradModeRestore
 from torchkiln.capture.targets import is_stdlib
 from torchkiln.exc import Unsupported
 
@@ -105,6 +105,19 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
             guards.type_is(source, GradModeRestore)
             guards.add(f"{source}.prev is {value.prev!r}", 2, f"{source}.prev is {value.prev!r}")
         return V.GradModeExitVariable(value.prev)
+    if isinstance(value, AutocastRestore):
+        if source:
+            guards.type_is(source, AutocastRestore)
+            guards.add(f"{source}.prev == {value.prev!r}", 2, f"{source}.prev is {value.prev!r}")
+        return V.context_managers.AutocastExitVariable(value.prev)
+    if type(value) is torch.autocast:
+        if source:  # what entering it does: its device, dtype and flags
+            guards.type_is(source, torch.autocast)
+            for attr in ("device", "fast_dtype", "_enabled", "_cache_enabled"):
+                read = f"{source}.{attr}"
+                lit = guards.literal(getattr(value, attr))
+                guards.add(f"{read} == {lit}", 2, f"{read} == {getattr(value, attr)!r}")
+        return V.context_managers.AutocastVariable(value)
     if isinstance(value, torch.autograd.grad_mode._DecoratorContextManager):
         if isinstance(value, torch.no_grad):
             return V.GradModeVariable(False)

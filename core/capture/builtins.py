@@ -611,6 +611,8 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
         torch.Size,
         torch.device,
         torch.dtype,
+        torch.finfo,
+        torch.iinfo,
     ):
         if cls is torch.Size and args and not args[0].is_constant():
             return V.ConstantVariable(torch.Size(_consts(tx.unpack_iterable(args[0]))))

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from torchkiln import logs
+from torchkiln.capture import runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.aliasing import guard_and_merge_aliases
 from torchkiln.capture.codegen import FrameCodegen
@@ -119,6 +120,7 @@ def translate(
         raise
     finally:
         torch._C._set_grad_enabled(output.initial_grad_enabled)
+        runtime.set_autocast(output.initial_autocast)
     return Trace(tx, output, guards, return_value)
 
 
@@ -132,6 +134,8 @@ def compile_graph_of(
         return None, []
     guard_and_merge_aliases(output)
     graph = output.graph
+    if output.autocast != output.initial_autocast:  # leave autocast as the graph found it
+        graph.call_function(runtime.set_autocast, (output.initial_autocast,))
     graph.output(tuple(codegen.graph_outputs))
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     logs.artifact(

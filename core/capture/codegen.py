@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from torchkiln.capture import runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.guards import GuardSet
 from torchkiln.capture.output_graph import OutputGraph
@@ -149,12 +150,19 @@ class FrameCodegen:
                 )
 
     def grad_mode_statements(self) -> list[str]:
-        """Leave grad mode as the frame left it, whatever the backend did with the graph's switches."""
-        if self.output.grad_enabled == self.output.initial_grad_enabled:
-            return []
-        return [
-            f"{self.bind(torch._C._set_grad_enabled, 'set_grad')}({self.output.grad_enabled!r})"
-        ]
+        """Leave grad mode and autocast as the frame left them, whatever the backend did with
+        the graph's switches."""
+        out = self.output
+        statements = []
+        if out.grad_enabled != out.initial_grad_enabled:
+            statements.append(
+                f"{self.bind(torch._C._set_grad_enabled, 'set_grad')}({out.grad_enabled!r})"
+            )
+        if out.autocast != out.initial_autocast:
+            statements.append(
+                f"{self.bind(runtime.set_autocast, 'set_autocast')}({out.autocast!r})"
+            )
+        return statements
 
     def function_source(self, params: str, graph_args: list[str] | None, tail: list[str]) -> str:
         """The whole transformed function; ``graph_args`` None: no graph to call; ``tail`` ends it."""

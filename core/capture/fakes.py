@@ -26,6 +26,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchkiln.capture import dynamic
+from torchkiln.capture.guards import autocast_state
 from torchkiln.capture.variables.constants import is_constant_value
 
 _NO_REPLAY: tuple = ()
@@ -55,7 +56,7 @@ class FakePropagation:
 
     def run(self, kind: str, target: Any, args: list, kwargs: dict) -> Any:
         """``target`` (a ``call_method`` name or a callable) applied to fake ``args``."""
-        key = (kind, target, args, kwargs, torch.is_grad_enabled())
+        key = (kind, target, args, kwargs, torch.is_grad_enabled(), _autocast())
         index = len(self.results)
         if index < len(self._replay) and _same(self._replay[index][0], key):
             self.results.append(self._replay[index])
@@ -72,6 +73,11 @@ class FakePropagation:
             self.replayable &= _metadata(args, kwargs) == before
         self.results.append((key, result))
         return result
+
+
+def _autocast() -> tuple | None:
+    """The autocast state an op's fake result depends on (None, the common case: all off)."""
+    return autocast_state() if torch._C._is_any_autocast_enabled() else None
 
 
 def _metadata(args: list, kwargs: dict) -> list[tuple]:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from torchkiln.capture import runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.aliasing import is_weight
 from torchkiln.capture.builder import build
@@ -98,6 +99,8 @@ class OutputGraph:
         self._keepalive: list[Any] = []
         self.initial_grad_enabled = torch.is_grad_enabled()
         self.grad_enabled = self.initial_grad_enabled
+        self.initial_autocast = runtime.autocast_snapshot()
+        self.autocast = self.initial_autocast
         self.global_overrides: dict[tuple[int, str], V.VariableTracker] = {}
         self.mutates_inputs = False
         self._input_storages: set[int] = set()
@@ -228,6 +231,20 @@ class OutputGraph:
             self.graph.call_function(torch._C._set_grad_enabled, (mode,))
             torch._C._set_grad_enabled(mode)
             self.grad_enabled = mode
+
+    def set_autocast(self, state: tuple) -> None:
+        """Switch autocast (a ``runtime.autocast_snapshot``) now and in the graph, as grad mode."""
+        if state != self.autocast:
+            if self.autocast == self.initial_autocast:  # switches restore all of it: guard all
+                fn = self.guards.bind(runtime.autocast_snapshot, "autocast")
+                self.guards.add(
+                    f"{fn}() == {self.initial_autocast!r}",
+                    COST_GLOBAL_STATE,
+                    "autocast state (every device) is as at capture",
+                )
+            self.graph.call_function(runtime.set_autocast, (state,))
+            runtime.set_autocast(state)
+            self.autocast = state
 
     # -- tensors ----------------------------------------------------------------
 

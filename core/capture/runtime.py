@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from torchkiln.capture.guards import AUTOCAST_DEVICES
+
 
 class GradModeRestore:
     """The ``__exit__`` of a grad-mode ``with`` block that a graph break left open.
@@ -24,6 +26,42 @@ class GradModeRestore:
 
     def __call__(self, *exc_info: Any) -> bool:
         torch._C._set_grad_enabled(self.prev)
+        return False
+
+
+def autocast_snapshot() -> tuple:
+    """Autocast as plain values a guard or graph argument can print: the cache flag, then
+    ``(device, enabled, dtype name)`` for every device type (``set_autocast`` puts it back)."""
+    devices = tuple(
+        (d, torch.is_autocast_enabled(d), str(torch.get_autocast_dtype(d)).removeprefix("torch."))
+        for d in AUTOCAST_DEVICES
+    )
+    return (torch.is_autocast_cache_enabled(), devices)
+
+
+def set_autocast(state: tuple) -> None:
+    """Switch autocast to ``state`` (an ``autocast_snapshot``): a ``torch.autocast`` region the
+    compiled frame enters or leaves, as a graph node and after a graph break."""
+    cache, devices = state
+    for device, enabled, dtype in devices:
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, getattr(torch, dtype))
+    torch.set_autocast_cache_enabled(cache)
+    if not any(enabled for _, enabled, _ in devices):
+        torch.clear_autocast_cache()  # as leaving the outermost ``torch.autocast`` does
+
+
+class AutocastRestore:
+    """The ``__exit__`` of a ``torch.autocast`` block that a graph break left open (as
+    ``GradModeRestore``): calling it puts back the autocast state from before the block."""
+
+    __slots__ = ("prev",)
+
+    def __init__(self, prev: tuple):
+        self.prev = prev
+
+    def __call__(self, *exc_info: Any) -> bool:
+        set_autocast(self.prev)
         return False
 
 

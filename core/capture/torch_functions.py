@@ -52,6 +52,9 @@ STATE_QUERIES = {
     torch.get_num_threads,
 }
 
+#: The ``STATE_QUERIES`` that read autocast.
+AUTOCAST_QUERIES = {q for q in STATE_QUERIES if "autocast" in q.__name__}
+
 
 def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.VariableTracker:
     if isinstance(fn, type):
@@ -74,7 +77,9 @@ def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.
         consts = [a.as_python_constant() for a in args]
         kw = {k: v.as_python_constant() for k, v in kwargs.items()}
         value = fn(*consts, **kw)
-        tx.output.guards.state_query(fn, tuple(consts), kw, value)
+        if tx.output.autocast == tx.output.initial_autocast or fn not in AUTOCAST_QUERIES:
+            tx.output.guards.state_query(fn, tuple(consts), kw, value)
+        # else: inside the frame's own autocast switches, whose starting state is guarded whole
         return V.ConstantVariable(value)
     if (
         fn in (torch.from_numpy, torch.as_tensor)

@@ -38,8 +38,9 @@ CONSTANT_TYPES = (
     frozenset,
 )
 
-#: Immutable by design (slots, no setters): ``inspect.signature`` results and their parts.
-IMMUTABLE_TYPES = (inspect.Signature, inspect.Parameter)
+#: Immutable by design (slots, no setters): ``inspect.signature`` results and their parts,
+#: and the numeric limits of a dtype (``torch.finfo(dtype).min`` masks attention scores).
+IMMUTABLE_TYPES = (inspect.Signature, inspect.Parameter, torch.finfo, torch.iinfo)
 
 
 def is_constant_value(value: Any) -> bool:

@@ -2,7 +2,8 @@
 is not needed, as transformers' ``maybe_autocast`` does), ``suppress``, ``ExitStack`` and the
 ``@contextmanager`` generators. Each ``enter`` returns the tracker of its ``__exit__``, which
 ``WITH_EXCEPT_START`` calls with the exception a block raised (user classes with ``__enter__``
-and ``__exit__`` are in ``objects``; grad-mode contexts in ``torch_objects``)."""
+and ``__exit__`` are in ``objects``; grad-mode contexts in ``torch_objects``). ``torch.autocast``
+regions are autocast switches in the graph."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchkiln.capture import runtime
 from torchkiln.capture.variables import constants, exceptions, functions, iterators
 from torchkiln.capture.variables.base import VariableTracker
 from torchkiln.exc import Unsupported
@@ -198,6 +200,74 @@ def _exit_stack(tx: Translator) -> VariableTracker:
     return ExitStackVariable()
 
 
+class AutocastVariable(VariableTracker):
+    """A ``torch.autocast``: a real one, built from constant arguments, so torch decides what
+    entering it does (``"cuda"`` without a GPU disables it). Entering and leaving it switch
+    autocast in the graph (``OutputGraph.set_autocast``), so the block's ops cast as in eager."""
+
+    def __init__(self, mode: torch.autocast):
+        self.mode = mode
+
+    def python_type(self) -> type:
+        return torch.autocast
+
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
+        prev = tx.output.autocast
+        with self.mode:  # what entering does, read off torch
+            state = runtime.autocast_snapshot()
+        tx.output.set_autocast(state)
+        return AutocastExitVariable(prev), self
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        if len(args) != 1 or kwargs:
+            raise Unsupported("calling a torch.autocast object with other than one function")
+        return AutocastDecoratedVariable(self, args[0])
+
+    def reconstruct(self, codegen: Any) -> str:
+        m = self.mode
+        args = (m.device, m.fast_dtype, m._enabled, m._cache_enabled)
+        return f"{codegen.bind(torch.autocast, 'autocast')}({', '.join(map(codegen.guards.literal, args))})"
+
+
+class AutocastDecoratedVariable(VariableTracker):
+    """A function decorated with ``torch.autocast(...)`` inside the frame: runs in the region."""
+
+    def __init__(self, ctx: AutocastVariable, fn: VariableTracker):
+        self.ctx = ctx
+        self.fn = fn
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        exit_fn, _ = self.ctx.enter(tx)
+        result = self.fn.call(tx, args, kwargs)
+        exit_fn.call(tx, [], {})
+        return result
+
+
+class AutocastExitVariable(VariableTracker):
+    """The ``__exit__`` of a ``torch.autocast`` block: puts back the state from before it; a
+    graph break leaves an ``AutocastRestore`` in its place."""
+
+    def __init__(self, prev: tuple):
+        self.prev = prev
+
+    def python_type(self) -> type:
+        return runtime.AutocastRestore
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        tx.output.set_autocast(self.prev)
+        return constants.ConstantVariable(False)
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"{codegen.bind(runtime.AutocastRestore, 'AutocastRestore')}({self.prev!r})"
+
+
+def _autocast(tx: Translator, *args: VariableTracker, **kwargs: VariableTracker) -> VariableTracker:
+    consts = [a.as_python_constant() for a in args]
+    return AutocastVariable(
+        torch.autocast(*consts, **{k: v.as_python_constant() for k, v in kwargs.items()})
+    )
+
+
 def _not_traced(what: str) -> Any:
     """A context manager that changes dispatcher state the graph does not record yet."""
 
@@ -216,6 +286,6 @@ CONSTRUCTORS = {
     contextlib.suppress: _suppress,
     contextlib._GeneratorContextManager: _generator_context,
     contextlib.ExitStack: _exit_stack,
-    torch.autocast: _not_traced("torch.autocast"),
+    torch.autocast: _autocast,
     torch.inference_mode: _not_traced("torch.inference_mode"),
 }

@@ -1,6 +1,6 @@
 """Spec (issue 17, Part 2 item 2): Hugging Face models run in one graph per call.
 
-GPT-2, BERT and Llama as the benchmark zoo builds them (tiny), compiled with
+GPT-2, BERT, Llama and T5 as the benchmark zoo builds them (tiny), compiled with
 ``fullgraph=True``: their ``ModelOutput`` objects (dataclasses that are ``OrderedDict``s with
 their own ``__setattr__`` and ``__post_init__``) are built inside the graph's frame, and one
 returned from the compiled function is a real ``ModelOutput`` equal to eager's.
@@ -18,15 +18,15 @@ from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 from benchmarks.models import MODELS, random_tokens  # noqa: E402
 
 
-@pytest.mark.parametrize("name", ["hf_gpt2", "hf_bert", "hf_llama"])
+@pytest.mark.parametrize("name", ["hf_gpt2", "hf_bert", "hf_llama", "hf_t5"])
 def test_hf_model_one_graph_per_call(name, backend):
     built = MODELS[name].build("tiny")
     model = built.module.eval()
-    vocab, shape = model.model.config.vocab_size, built.inputs[0].shape
+    vocab, shapes = model.model.config.vocab_size, [t.shape for t in built.inputs]
     seeds = iter(range(100, 200))
 
     def make():
-        return (random_tokens(vocab, tuple(shape), seed=next(seeds)),)
+        return tuple(random_tokens(vocab, tuple(shape), seed=next(seeds)) for shape in shapes)
 
     check_compiled(model, make, backend=backend, graphs=1, fullgraph=True)
 
