@@ -60,7 +60,7 @@ class PerSizeCompiled:
         self._compile(_key(tuple(example_inputs)), example_inputs)
 
     def _compile(self, key: tuple, args: Any) -> Callable:
-        from torchkiln.capture.cache import compile_lock
+        from torchkiln.capture.dispatch import compile_lock
 
         with compile_lock:
             compiled = self.compiled.get(key)

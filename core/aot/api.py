@@ -33,7 +33,7 @@ from torchkiln.aot.runtime import (
     run_training,
 )
 from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
-from torchkiln.capture.cache import compile_lock
+from torchkiln.capture.dispatch import compile_lock
 from torchkiln.static_shapes import has_symbolic_inputs
 
 Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]

@@ -28,7 +28,7 @@ from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta, SharedOutputs
 from torchkiln.aot.fake import is_symbolic
 from torchkiln.aot.sizes import resolve
-from torchkiln.capture.cache import compile_lock
+from torchkiln.capture.dispatch import compile_lock
 
 Compiler = Callable[[fx.GraphModule, list], Callable]
 

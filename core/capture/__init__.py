@@ -4,7 +4,7 @@
 ``fn``; see ``README.md`` in this folder for how the pieces fit.
 """
 
-from torchkiln.capture.cache import optimize, reset
+from torchkiln.capture.dispatch import optimize, reset
 from torchkiln.capture.explain import ExplainOutput, explain
 
 __all__ = ["ExplainOutput", "explain", "optimize", "reset"]

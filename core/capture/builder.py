@@ -26,6 +26,7 @@ from torch._library.custom_ops import CustomOpDef
 
 from torchkiln.capture import polyfills
 from torchkiln.capture import variables as V
+from torchkiln.capture.inference_mode import InferenceModeRestore
 from torchkiln.capture.runtime import AutocastRestore, GradModeRestore
 from torchkiln.capture.targets import is_stdlib
 from torchkiln.exc import Unsupported
@@ -105,6 +106,10 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
             guards.type_is(source, GradModeRestore)
             guards.add(f"{source}.prev is {value.prev!r}", 2, f"{source}.prev is {value.prev!r}")
         return V.GradModeExitVariable(value.prev)
+    if isinstance(value, InferenceModeRestore):
+        if source:
+            guards.type_is(source, InferenceModeRestore)
+        return V.context_managers.InferenceModeExitVariable()
     if isinstance(value, AutocastRestore):
         if source:
             guards.type_is(source, AutocastRestore)
@@ -123,6 +128,11 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
             return V.GradModeVariable(False)
         if isinstance(value, torch.enable_grad):
             return V.GradModeVariable(True)
+        if isinstance(value, torch.inference_mode):
+            if source:
+                guards.type_is(source, torch.inference_mode)
+                guards.add(f"{source}.mode is {value.mode!r}", 2, f"{source}.mode is {value.mode}")
+            return V.context_managers.InferenceModeVariable(value.mode)
         raise Unsupported(f"context manager {type(value).__name__}")
     if isinstance(value, functools.partial):
         if source:  # ``args`` and ``keywords`` can be reassigned: what is read of them, guarded

@@ -261,6 +261,8 @@ def _iter(tx: Translator, it: V.VariableTracker) -> V.VariableTracker:
 def _next(
     tx: Translator, it: V.VariableTracker, default: V.VariableTracker | None = None
 ) -> V.VariableTracker:
+    if isinstance(it, V.UserObjectVariable) and it.defines("__next__"):
+        it = V.iterators.UserIteratorVariable(it)
     if not isinstance(it, V.IteratorVariable):
         raise Unsupported(f"next() on {it.describe()}")
     value = it.next(tx)
@@ -550,6 +552,7 @@ def python_function(fn: Any) -> Any:
         V.mappings.PYTHON_FUNCTIONS,
         V.collection_types.PYTHON_FUNCTIONS,
         V.assertions.PYTHON_FUNCTIONS,
+        V.functions.PYTHON_FUNCTIONS,
     ):
         if fn in table:
             return table[fn]

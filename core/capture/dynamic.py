@@ -11,7 +11,7 @@ On top of the knob, marks on a tensor (``mark_dynamic``, ``maybe_mark_dynamic``,
 ``mark_static``) decide its own dimensions. Sizes 0 and 1 are always specialized (the
 ShapeEnv's rule, as in torch): a symbolic dimension is at least 2.
 
-The policy of the capture under way is a context variable that ``cache`` sets around
+The policy of the capture under way is a context variable that ``dispatch`` sets around
 each capture (graph-break resume frames are captured with their own).
 """
 

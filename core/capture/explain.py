@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchkiln.capture import cache
-from torchkiln.capture.capture import CacheEntry
+from torchkiln.capture import dispatch
+from torchkiln.capture.frame_capture import CacheEntry
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -111,12 +111,12 @@ def explain(
             if entry.eager_reason is not None:
                 result.eager_reasons.append(entry.eager_reason)
 
-        compiled = cache.optimize(fn, compile_graph=record_graph)
-        cache.entry_listeners.append(record_entry)
+        compiled = dispatch.optimize(fn, compile_graph=record_graph)
+        dispatch.entry_listeners.append(record_entry)
         try:
             compiled(*args, **kwargs)
         finally:
-            cache.entry_listeners.remove(record_entry)
+            dispatch.entry_listeners.remove(record_entry)
         return result
 
     return run

@@ -56,7 +56,7 @@ class FakePropagation:
 
     def run(self, kind: str, target: Any, args: list, kwargs: dict) -> Any:
         """``target`` (a ``call_method`` name or a callable) applied to fake ``args``."""
-        key = (kind, target, args, kwargs, torch.is_grad_enabled(), _autocast())
+        key = (kind, target, args, kwargs, torch.is_grad_enabled(), _inference(), _autocast())
         index = len(self.results)
         if index < len(self._replay) and _same(self._replay[index][0], key):
             self.results.append(self._replay[index])
@@ -73,6 +73,11 @@ class FakePropagation:
             self.replayable &= _metadata(args, kwargs) == before
         self.results.append((key, result))
         return result
+
+
+def _inference() -> bool:
+    """Whether ops make inference tensors (``torch.inference_mode`` regions in the frame)."""
+    return torch.is_inference_mode_enabled()
 
 
 def _autocast() -> tuple | None:

@@ -35,9 +35,9 @@ import torch
 
 from torchkiln.capture import bytecode_compat as bc
 from torchkiln.capture import variables as V
-from torchkiln.capture.capture import CacheEntry, compile_graph_of, finish_entry, translate
 from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
+from torchkiln.capture.frame_capture import CacheEntry, compile_graph_of, finish_entry, translate
 from torchkiln.capture.resume import ITER, NULL, VALUE, handler_at, resume_code
 from torchkiln.capture.signature import params_text
 from torchkiln.capture.targets import is_stdlib
@@ -57,7 +57,7 @@ class ResumeCall:
 
     def __init__(self, parent: types.CodeType, layout: tuple, cfg: Any, compiled: bool):
         # imported here, once: the cache module imports this one (an import per call costs ~1 µs)
-        from torchkiln.capture.cache import frame_cache, run_frame
+        from torchkiln.capture.dispatch import frame_cache, run_frame
 
         self.layout = layout
         self.code = resume_code(parent, *layout)
@@ -92,7 +92,7 @@ class CallThroughDispatch:
 
     def __init__(self, cfg: Any):
         # imported here, once: the cache module imports this one
-        from torchkiln.capture.cache import dispatcher
+        from torchkiln.capture.dispatch import dispatcher
 
         self.cfg = cfg
         self.dispatcher = dispatcher

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchkiln.capture import runtime
+from torchkiln.capture import inference_mode, runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.aliasing import is_weight
 from torchkiln.capture.builder import build
@@ -100,6 +100,7 @@ class OutputGraph:
         self.initial_grad_enabled = torch.is_grad_enabled()
         self.grad_enabled = self.initial_grad_enabled
         self.initial_autocast = runtime.autocast_snapshot()
+        self.initial_inference_modes = inference_mode.modes()
         self.autocast = self.initial_autocast
         self.global_overrides: dict[tuple[int, str], V.VariableTracker] = {}
         self.mutates_inputs = False

@@ -51,8 +51,9 @@ import torch.fx as fx
 
 import torchkiln
 from torchkiln import config, logs
+from torchkiln.capture import inference_mode
 from torchkiln.capture.aliasing import is_weight
-from torchkiln.capture.capture import CacheEntry
+from torchkiln.capture.frame_capture import CacheEntry
 from torchkiln.capture.graph_break import CallThroughDispatch, ResumeCall
 from torchkiln.capture.guards import Guard, GuardSet
 from torchkiln.capture.signature import arg_names, local_name, params_text
@@ -429,7 +430,7 @@ def _entry_of(record: Record, fn: types.FunctionType, cfg: Any, args: tuple) -> 
         placeholders = gm.graph.find_nodes(op="placeholder")
         for node, source, value in zip(placeholders, record.graph_args or (), inputs):
             node.meta["weight"] = is_weight(source, value)
-        ns["___graph"] = cfg.compile_graph(gm, inputs)
+        ns["___graph"] = inference_mode.compile_graph(gm, inputs, cfg.compile_graph)
         graphs.append(gm)
     eager = record.eager_reason
     return CacheEntry(

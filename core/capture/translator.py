@@ -8,7 +8,7 @@ shares the ``OutputGraph``. Each opcode has a method named after it
 
 Whatever cannot be captured raises ``Unsupported`` with the user's
 ``file:line``. The root translator counts the instructions it executed
-(``steps``): ``capture`` uses that count to stop at the same point on a
+(``steps``): ``frame_capture`` uses that count to stop at the same point on a
 second pass and break the graph there (see ``graph_break.py``).
 """
 
@@ -234,6 +234,9 @@ class Translator:
     def store_attr(self, obj: V.VariableTracker, name: str, value: V.VariableTracker) -> None:
         if isinstance(obj, (V.UserObjectVariable, V.NNModuleVariable)):
             obj.setattr(self, name, value)
+            return
+        if isinstance(obj, V.NestedFunctionVariable):
+            obj.set_attribute(name, value)
             return
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()}")
 
@@ -1097,10 +1100,12 @@ class Translator:
     def _set_function_attribute(
         self, fn: V.NestedFunctionVariable, flag: int, value: V.VariableTracker
     ) -> None:
-        """One of ``MAKE_FUNCTION``'s flags: 8 closure, 4 annotations (unused), 2 keyword
+        """One of ``MAKE_FUNCTION``'s flags: 8 closure, 4 annotations (only noted), 2 keyword
         defaults, 1 defaults."""
         if flag == 0x08:
             fn.closure = tuple(self.unpack_iterable(value))
+        elif flag == 0x04:
+            fn.annotated = True
         elif flag == 0x02:
             fn.kwdefaults = dict(value.items)
         elif flag == 0x01:  # a constant tuple when every default is a constant

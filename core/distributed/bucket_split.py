@@ -124,7 +124,7 @@ class _CompiledOnFirstCall(torch.nn.Module):
 
     def forward(self, *args: Any) -> Any:
         if self.compiled is None:
-            from torchkiln.capture.cache import compile_lock
+            from torchkiln.capture.dispatch import compile_lock
 
             with compile_lock:
                 if self.compiled is None:

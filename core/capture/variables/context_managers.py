@@ -3,7 +3,7 @@ is not needed, as transformers' ``maybe_autocast`` does), ``suppress``, ``ExitSt
 ``@contextmanager`` generators. Each ``enter`` returns the tracker of its ``__exit__``, which
 ``WITH_EXCEPT_START`` calls with the exception a block raised (user classes with ``__enter__``
 and ``__exit__`` are in ``objects``; grad-mode contexts in ``torch_objects``). ``torch.autocast``
-regions are autocast switches in the graph."""
+and ``torch.inference_mode`` regions are switches in the graph."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchkiln.capture import runtime
+from torchkiln.capture import inference_mode, runtime
 from torchkiln.capture.variables import constants, exceptions, functions, iterators
 from torchkiln.capture.variables.base import VariableTracker
 from torchkiln.exc import Unsupported
@@ -268,16 +268,86 @@ def _autocast(tx: Translator, *args: VariableTracker, **kwargs: VariableTracker)
     )
 
 
-def _not_traced(what: str) -> Any:
-    """A context manager that changes dispatcher state the graph does not record yet."""
+def _switch_inference_mode(tx: Translator, fn: Any, *args: bool) -> None:
+    """Enter or leave an inference-mode region now and in the graph; entering turns grad
+    mode off and leaving puts it back, which the graph's grad-mode tracking follows."""
+    tx.output.graph.call_function(fn, args)
+    fn(*args)
+    tx.output.grad_enabled = torch.is_grad_enabled()
 
-    def refuse(tx: Translator, *args: Any, **kwargs: Any) -> VariableTracker:
-        raise Unsupported(
-            f"{what} inside the compiled function is not traced yet "
-            "(enter it around the compiled call instead)"
-        )
 
-    return refuse
+class InferenceModeVariable(VariableTracker):
+    """``torch.inference_mode(mode)``: a region switch in the graph (``capture.inference_mode``
+    says why such a graph runs as captured)."""
+
+    def __init__(self, mode: bool):
+        self.mode = mode
+
+    def python_type(self) -> type:
+        return torch.inference_mode
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """``__class__``, ``mode`` and ``clone``: what its decorator's wrapper reads."""
+        if name == "__class__":
+            return tx.output.wrap(torch.inference_mode, None)
+        if name == "mode":
+            return constants.ConstantVariable(self.mode)
+        if name == "clone":
+            return functions.BoundMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name == "clone" and not args and not kwargs:
+            return InferenceModeVariable(self.mode)
+        raise Unsupported(f"torch.inference_mode.{name}() with these arguments")
+
+    def enter(self, tx: Translator) -> tuple[VariableTracker, VariableTracker]:
+        _switch_inference_mode(tx, inference_mode.enter, self.mode)
+        return InferenceModeExitVariable(), constants.ConstantVariable(None)
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        if len(args) != 1 or kwargs:
+            raise Unsupported("calling a torch.inference_mode object with other than one function")
+        return InferenceModeDecoratedVariable(self, args[0])
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"{codegen.bind(torch.inference_mode, 'inference_mode')}({self.mode!r})"
+
+
+class InferenceModeDecoratedVariable(VariableTracker):
+    """A function decorated with ``torch.inference_mode(...)`` inside the frame."""
+
+    def __init__(self, ctx: InferenceModeVariable, fn: VariableTracker):
+        self.ctx = ctx
+        self.fn = fn
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        exit_fn, _ = self.ctx.enter(tx)
+        result = self.fn.call(tx, args, kwargs)
+        exit_fn.call(tx, [], {})
+        return result
+
+
+class InferenceModeExitVariable(VariableTracker):
+    """The ``__exit__`` of a ``torch.inference_mode`` block: leaves the region; a graph break
+    leaves an ``InferenceModeRestore`` in its place."""
+
+    def python_type(self) -> type:
+        return inference_mode.InferenceModeRestore
+
+    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
+        _switch_inference_mode(tx, inference_mode.exit_)
+        return constants.ConstantVariable(False)
+
+    def reconstruct(self, codegen: Any) -> str:
+        return f"{codegen.bind(inference_mode.InferenceModeRestore, 'InferenceModeRestore')}()"
+
+
+def _inference_mode(tx: Translator, mode: VariableTracker | None = None) -> VariableTracker:
+    value = True if mode is None else mode.as_python_constant()
+    if not isinstance(value, bool):
+        raise Unsupported("torch.inference_mode(f) on a function inside the compiled frame")
+    return InferenceModeVariable(value)
 
 
 #: Context-manager classes built by the frame.
@@ -287,5 +357,5 @@ CONSTRUCTORS = {
     contextlib._GeneratorContextManager: _generator_context,
     contextlib.ExitStack: _exit_stack,
     torch.autocast: _autocast,
-    torch.inference_mode: _not_traced("torch.inference_mode"),
+    torch.inference_mode: _inference_mode,
 }

@@ -7,7 +7,7 @@ import functools
 import types
 from typing import TYPE_CHECKING, Any
 
-from torchkiln.capture import builtins
+from torchkiln.capture import builtins, variables
 from torchkiln.capture.runtime import make_function
 from torchkiln.capture.variables import constants, containers
 from torchkiln.capture.variables.base import ValueVariable, VariableTracker
@@ -65,6 +65,8 @@ class UserFunctionVariable(ValueVariable):
             if self.source:
                 tx.output.guards.identity(f"{self.source}.__code__", code)
             return constants.ConstantVariable(code)
+        if name in ("__annotations__", "__type_params__", "__dict__") and self.source:
+            return tx.output.wrap(getattr(self.value, name), f"{self.source}.{name}")
         if name in self.value.__dict__ and self.source:  # ``__wrapped__``, user attributes
             return tx.output.wrap(self.value.__dict__[name], f"{self.source}.{name}")
         raise Unsupported(f"attribute {name!r} of function {self.value.__qualname__}")
@@ -86,12 +88,42 @@ class NestedFunctionVariable(VariableTracker):
         self.kwdefaults = kwdefaults
         self.closure = closure
         self.globals = globals_
+        self.annotated = False  # ``MAKE_FUNCTION`` was given annotations (not modelled)
+        self.attrs: dict[str, VariableTracker] = {}  # ``__name__``... the frame set
+        self.namespace = containers.DictVariable({})  # its ``__dict__``
 
     def python_type(self) -> type:
         return types.FunctionType
 
     def describe(self) -> str:
         return f"nested function {self.code.co_name}"
+
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """The attributes ``functools.update_wrapper`` reads and sets: the frame's own, else
+        what a new function over ``code`` has."""
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__dict__":
+            return self.namespace
+        if name in self.namespace.items:
+            return self.namespace.items[name]
+        if name == "__annotations__" and not self.annotated:
+            self.attrs[name] = containers.DictVariable({})  # made on first read, then kept
+            return self.attrs[name]
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__type_params__"):
+            cells = tuple(types.CellType() for _ in self.code.co_freevars)
+            made = types.FunctionType(self.code, self.globals, closure=cells)
+            return tx.output.wrap(getattr(made, name), None)
+        raise Unsupported(f"attribute {name!r} of {self.describe()}")
+
+    def set_attribute(self, name: str, value: VariableTracker) -> None:
+        """``fn.name = value``: a slot ``update_wrapper`` sets, else its ``__dict__``."""
+        if name in WRAPPER_SLOTS:
+            self.attrs[name] = value
+        elif hasattr(types.FunctionType, name):  # ``__defaults__``, ``__code__``...
+            raise Unsupported(f"setting {name!r} of {self.describe()}")
+        else:
+            self.namespace.items[name] = value
 
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         return tx.inline_nested(self, args, kwargs)
@@ -101,6 +133,8 @@ class NestedFunctionVariable(VariableTracker):
         cells: the rebuilt cells would not be the ones the frame (or a resume function) uses."""
         if not codegen.rebuilds_functions:
             raise Unsupported(f"cannot pass {self.describe()} to a resume function")
+        if self.attrs or self.namespace.items:
+            raise Unsupported(f"cannot rebuild {self.describe()}: the frame set its attributes")
         cells = []
         for cell in self.closure or ():
             if not isinstance(cell, RealCellVariable):
@@ -197,3 +231,50 @@ class RealCellVariable(VariableTracker):
         self.cell = cell
         self.source = source
         self.override: VariableTracker | None = None
+
+
+#: The function attributes ``update_wrapper`` may assign that are no ``__dict__`` entries.
+WRAPPER_SLOTS = frozenset(
+    {"__module__", "__name__", "__qualname__", "__doc__", "__annotations__", "__type_params__"}
+)
+
+
+def _update_wrapper(
+    tx: Translator,
+    wrapper: VariableTracker,
+    wrapped: VariableTracker,
+    assigned: VariableTracker | None = None,
+    updated: VariableTracker | None = None,
+) -> VariableTracker:
+    """``functools.update_wrapper`` on a function the frame made: the same steps, on it."""
+    if not isinstance(wrapper, NestedFunctionVariable) or not isinstance(
+        wrapped, (NestedFunctionVariable, UserFunctionVariable)
+    ):
+        raise Unsupported(f"functools.update_wrapper({wrapper.describe()}, {wrapped.describe()})")
+    assigned = functools.WRAPPER_ASSIGNMENTS if assigned is None else assigned.as_python_constant()
+    updated = functools.WRAPPER_UPDATES if updated is None else updated.as_python_constant()
+    for name in assigned:
+        try:
+            value = tx.getattr(wrapped, name)
+        except variables.exceptions.Raised as e:
+            if not issubclass(e.exc.python_type(), AttributeError):
+                raise
+            continue
+        wrapper.set_attribute(name, value)
+    for name in updated:
+        if name != "__dict__":
+            raise Unsupported(f"functools.update_wrapper updating {name!r}")
+        items = tx.getattr(wrapped, "__dict__")
+        tx.call_function(tx.getattr(wrapper.namespace, "update"), [items], {})
+    wrapper.set_attribute("__wrapped__", wrapped)
+    return wrapper
+
+
+def _wraps(tx: Translator, wrapped: VariableTracker, *args: Any, **kwargs: Any) -> VariableTracker:
+    """``functools.wraps``: ``update_wrapper`` with ``wrapped`` (and the rest) bound."""
+    options = dict(zip(("assigned", "updated"), args), wrapped=wrapped, **kwargs)
+    return PartialVariable(tx.output.wrap(functools.update_wrapper, None), [], options)
+
+
+#: ``functools`` functions modelled instead of inlined (the standard library is not traced).
+PYTHON_FUNCTIONS = {functools.update_wrapper: _update_wrapper, functools.wraps: _wraps}

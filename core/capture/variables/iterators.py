@@ -1,4 +1,5 @@
-"""Iterators over lists, tuples and dicts, and ``map``/``filter``/``zip``/``enumerate``/generators.
+"""Iterators over lists, tuples and dicts, ``map``/``filter``/``zip``/``enumerate``/generators
+and user objects with a Python ``__next__``.
 
 Lazy, as Python is: ``next`` runs what the real iterator's next step runs. The
 base class, ``IteratorVariable``, is in ``base``.
@@ -214,6 +215,31 @@ class EnumerateVariable(IteratorVariable):
     def reconstruct(self, codegen: Any) -> str:
         inner = codegen.reconstruct(self.iterator)
         return f"{codegen.bind(enumerate, 'enumerate')}({inner}, {self.count})"
+
+
+class UserIteratorVariable(IteratorVariable):
+    """A user object whose class defines ``__next__`` in Python (an ``__iter__`` returning
+    ``self``, say): each step inlines ``__next__``; the ``StopIteration`` it raises ends it."""
+
+    def __init__(self, obj: VariableTracker):
+        self.obj = obj
+
+    def python_type(self) -> type:
+        return self.obj.python_type()
+
+    def next(self, tx: Translator) -> VariableTracker | None:
+        try:
+            return tx.call_function(self.obj.var_getattr(tx, "__next__"), [], {})
+        except exceptions.Raised as e:
+            if issubclass(e.exc.python_type(), StopIteration):
+                return None
+            raise
+
+    def remaining(self) -> list[VariableTracker]:
+        raise Unsupported(f"the items left in {self.obj.describe()} (its __next__ runs lazily)")
+
+    def reconstruct(self, codegen: Any) -> str:
+        return codegen.reconstruct(self.obj)  # the object is its own iterator
 
 
 class GeneratorVariable(IteratorVariable):

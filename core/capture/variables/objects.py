@@ -3,12 +3,20 @@ the real object (with sources) or the frame's own changes."""
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import TYPE_CHECKING, Any
 
 from torchkiln.capture import builtins, variables
 from torchkiln.capture.runtime import make_object
-from torchkiln.capture.variables import constants, containers, descriptors, functions, lookups
+from torchkiln.capture.variables import (
+    constants,
+    containers,
+    descriptors,
+    functions,
+    iterators,
+    lookups,
+)
 from torchkiln.capture.variables.base import (
     MISSING,
     IteratorVariable,
@@ -171,12 +179,30 @@ class UserObjectVariable(ValueVariable):
             return functions.UserMethodVariable(class_attr.__func__, ClassVariable(self.cls))
         if descriptors.python_hook(class_attr, "__get__") is not None:
             return descriptors.access(tx, "get", self, name, self.class_member(tx, name), [])
-        if hasattr(class_attr, "__get__"):  # cached_property...: not traced
+        if isinstance(class_attr, functools.cached_property):
+            return self.cached_property(tx, name, class_attr)
+        if hasattr(class_attr, "__get__"):  # C descriptors: not traced
             raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
         # read through the instance: an instance attribute set later, or a class
         # attribute changed, is then seen by the guards
         source = f"{self.source}.{name}" if self.source and self.value is not None else None
         return tx.output.wrap(class_attr, source)
+
+    def cached_property(
+        self, tx: Translator, name: str, prop: functools.cached_property
+    ) -> VariableTracker:
+        """A ``functools.cached_property`` not yet computed: its function is inlined and the
+        value stored in the instance ``__dict__`` (written back to an object passed in with
+        ``setattr``, which lands there too where the class has no ``__setattr__``)."""
+        if prop.attrname != name or not self.cls.__dictoffset__:  # no instance ``__dict__``
+            raise Unsupported(f"{self.describe()}.{name}: a cached_property it cannot store")
+        if self.value is not None:
+            if class_lookup(self.cls, "__setattr__") is not object.__setattr__:
+                raise Unsupported(f"{self.describe()}.{name}: a cached_property and __setattr__")
+            tx.output.guard_class_member(self, name)  # not computed yet, the same property
+        value = tx.inline_call(prop.func, [self], {})
+        self.store_plain(tx, name, value)
+        return value
 
     def class_member(self, tx: Translator, name: str) -> VariableTracker:
         """The class attribute ``name`` (a descriptor), guarded to stay the same one."""
@@ -243,6 +269,8 @@ class UserObjectVariable(ValueVariable):
         if not self.defines("__iter__"):
             return super().make_iterator(tx)
         iterator = tx.call_function(self.var_getattr(tx, "__iter__"), [], {})
+        if isinstance(iterator, UserObjectVariable) and iterator.defines("__next__"):
+            return iterators.UserIteratorVariable(iterator)
         if not isinstance(iterator, IteratorVariable):
             raise Unsupported(f"iter() of {self.describe()} gave {iterator.describe()}")
         return iterator

@@ -7,7 +7,7 @@ import torch
 
 import torchkiln
 from kiln_testing import RecordingBackend, kiln_logs
-from torchkiln.capture.cache import _caches
+from torchkiln.capture.dispatch import _caches
 
 
 def entries_of(fn):

@@ -20,7 +20,7 @@ import torchkiln
 from torchkiln.api import GraphCompiler
 from torchkiln.backends.debug import eager
 from torchkiln.capture import persist
-from torchkiln.capture.cache import CaptureConfig, frame_cache
+from torchkiln.capture.dispatch import CaptureConfig, frame_cache
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import torch
 
 import torchkiln
 from kiln_testing import source_location
-from torchkiln.capture.cache import _caches
+from torchkiln.capture.dispatch import _caches
 
 
 def resume_codes():

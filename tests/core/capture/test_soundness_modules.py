@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import torchkiln
-from torchkiln.capture.cache import frame_cache
+from torchkiln.capture.dispatch import frame_cache
 
 
 class Block(nn.Module):

@@ -9,12 +9,9 @@ context still entered and leaves it on exit, as eager does.
 
 import contextlib
 
-import pytest
 import torch
 
-import torchkiln
 from kiln_testing import check_compiled
-from torchkiln.exc import Unsupported
 
 
 def vec():
@@ -144,14 +141,3 @@ def test_graph_break_inside_blocks_resumes_in_them(backend, capsys):
 
     check_compiled(fn, vec, backend=backend, graphs=2, breaks=1, capsys=capsys)
     assert torch.is_grad_enabled()
-
-
-def test_untraced_state_managers_break_cleanly(backend):
-    def fn(x):
-        with torch.inference_mode():
-            return x + 1
-
-    with pytest.raises(Unsupported, match="not traced yet"):
-        torchkiln.compile(fn, backend=backend, fullgraph=True)(torch.randn(3))
-    # the construction breaks: run natively
-    check_compiled(fn, lambda: (torch.randn(3),), backend=backend, graphs=0, breaks=1, calls=1)

@@ -1,4 +1,4 @@
-"""Per-code-object cache and the dispatch wrapper that ``optimize`` returns.
+"""The dispatcher: a cache of captures per code object, and the wrapper ``optimize`` returns.
 
 There is no PEP 523 frame hook without ``torch._dynamo``, so interception
 is a Python wrapper: it binds the call to the frame's locals, runs the
@@ -29,9 +29,9 @@ import torch
 from torchkiln import config, logs
 from torchkiln.capture import persist
 from torchkiln.capture.builder import grad_mode_decorated
-from torchkiln.capture.capture import CacheEntry, capture_frame
 from torchkiln.capture.dynamic import SizeHistory
 from torchkiln.capture.dynamic import policy as dynamic_policy
+from torchkiln.capture.frame_capture import CacheEntry, capture_frame
 from torchkiln.capture.resume import clear_resume_codes
 from torchkiln.capture.signature import (
     MISSING,

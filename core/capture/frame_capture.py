@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from torchkiln import logs
-from torchkiln.capture import runtime
+from torchkiln.capture import inference_mode, runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.aliasing import guard_and_merge_aliases
 from torchkiln.capture.codegen import FrameCodegen
@@ -119,6 +119,7 @@ def translate(
             e.root_steps = None  # type: ignore[attr-defined]
         raise
     finally:
+        inference_mode.restore(output.initial_inference_modes)
         torch._C._set_grad_enabled(output.initial_grad_enabled)
         runtime.set_autocast(output.initial_autocast)
     return Trace(tx, output, guards, return_value)
@@ -145,7 +146,7 @@ def compile_graph_of(
         gm.print_readable(print_output=False),
     )
     example_inputs = [value for _, value, _ in output.inputs]
-    codegen.guards.ns["___graph"] = compile_graph(gm, example_inputs)
+    codegen.guards.ns["___graph"] = inference_mode.compile_graph(gm, example_inputs, compile_graph)
     return [source for source, _, _ in output.inputs], [gm]
 
 

@@ -5,9 +5,9 @@ import torch
 
 import torchkiln
 from kiln_testing import RecordingBackend
-from torchkiln.capture import cache as cache_module
+from torchkiln.capture import dispatch as cache_module
 from torchkiln.capture import optimize
-from torchkiln.capture.cache import _caches
+from torchkiln.capture.dispatch import _caches
 
 
 def make_scaler(k):
