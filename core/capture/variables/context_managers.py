@@ -221,7 +221,7 @@ class AutocastVariable(VariableTracker):
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         if len(args) != 1 or kwargs:
             raise Unsupported("calling a torch.autocast object with other than one function")
-        return AutocastDecoratedVariable(self, args[0])
+        return RegionDecoratedVariable(self, args[0])
 
     def reconstruct(self, codegen: Any) -> str:
         m = self.mode
@@ -229,10 +229,11 @@ class AutocastVariable(VariableTracker):
         return f"{codegen.bind(torch.autocast, 'autocast')}({', '.join(map(codegen.guards.literal, args))})"
 
 
-class AutocastDecoratedVariable(VariableTracker):
-    """A function decorated with ``torch.autocast(...)`` inside the frame: runs in the region."""
+class RegionDecoratedVariable(VariableTracker):
+    """A function decorated inside the frame with a state region (``torch.autocast(...)``,
+    ``torch.inference_mode(...)``): each call runs in the region."""
 
-    def __init__(self, ctx: AutocastVariable, fn: VariableTracker):
+    def __init__(self, ctx: AutocastVariable | InferenceModeVariable, fn: VariableTracker):
         self.ctx = ctx
         self.fn = fn
 
@@ -308,24 +309,10 @@ class InferenceModeVariable(VariableTracker):
     def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
         if len(args) != 1 or kwargs:
             raise Unsupported("calling a torch.inference_mode object with other than one function")
-        return InferenceModeDecoratedVariable(self, args[0])
+        return RegionDecoratedVariable(self, args[0])
 
     def reconstruct(self, codegen: Any) -> str:
         return f"{codegen.bind(torch.inference_mode, 'inference_mode')}({self.mode!r})"
-
-
-class InferenceModeDecoratedVariable(VariableTracker):
-    """A function decorated with ``torch.inference_mode(...)`` inside the frame."""
-
-    def __init__(self, ctx: InferenceModeVariable, fn: VariableTracker):
-        self.ctx = ctx
-        self.fn = fn
-
-    def call(self, tx: Translator, args: list, kwargs: dict) -> VariableTracker:
-        exit_fn, _ = self.ctx.enter(tx)
-        result = self.fn.call(tx, args, kwargs)
-        exit_fn.call(tx, [], {})
-        return result
 
 
 class InferenceModeExitVariable(VariableTracker):
