@@ -152,6 +152,14 @@ class BackendChain:
         check_order(links)
         self.links = list(links)
         self.name = "+".join(link.name for link in self.links)
+        #: When a list, every plan this chain makes is appended to it (``explain``).
+        self.recorded_plans: list[PartitionPlan] | None = None
+
+    def record_plans(self, into: list[PartitionPlan]) -> None:
+        """Append every plan made from now on to ``into``; the plan cache goes off, since a
+        graph loaded from disk is run without being planned."""
+        self.recorded_plans = into
+        self.store = None
 
     @functools.cached_property
     def store(self) -> ChainStore | None:
@@ -227,6 +235,8 @@ class BackendChain:
         """Compile one functional aten graph with ``self.links[start:]``."""
         plan = self.plan(gm, start, title)
         logs.artifact("partitions", "%s", plan)
+        if self.recorded_plans is not None:
+            self.recorded_plans.append(plan)
         if len(plan.partitions) <= 1:
             label = plan.partitions[0].label if plan.partitions else len(self.links) - 1
             compiled = self._compile_part(gm, example_inputs, label, title)

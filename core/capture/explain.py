@@ -24,7 +24,7 @@ from torchkiln.capture.frame_capture import CacheEntry
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
-    from torchkiln.chain import BackendChain, PartitionPlan
+    from torchkiln.chain import PartitionPlan
 
 
 @dataclass
@@ -135,21 +135,5 @@ def _compiler(backend: Any, options: Any, plans: list) -> Callable | None:
 
     compiler = resolve_backend(backend, None, options)
     if isinstance(compiler.compile_fn, BackendChain):
-        _record_plans(compiler.compile_fn, plans)
+        compiler.compile_fn.record_plans(plans)
     return compiler
-
-
-def _record_plans(chain: BackendChain, plans: list) -> None:
-    """Make ``chain`` (made for one graph of an explain call) append every plan it makes to ``plans``.
-
-    Its plan cache is off: a graph loaded from disk would be run without being planned.
-    """
-    chain.store = None
-    make_plan = chain.plan
-
-    def plan(*args: Any, **kwargs: Any) -> PartitionPlan:
-        made = make_plan(*args, **kwargs)
-        plans.append(made)
-        return made
-
-    chain.plan = plan  # type: ignore[method-assign]
