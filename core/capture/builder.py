@@ -71,7 +71,11 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
     if type(value) in DICT_TYPES:
         keys = list(value)
         if not all(V.is_constant_value(k) for k in keys):
-            raise Unsupported("a dict with non-constant keys")
+            kinds = sorted({type(k).__name__ for k in keys if not V.is_constant_value(k)})
+            raise Unsupported(
+                f"a dict read from outside keyed by {', '.join(kinds)} objects: only dicts "
+                "with constant keys are traced (build it in the compiled function instead)"
+            )
         if source:
             guards.type_is(source, type(value))
             guards.dict_keys(source, keys)
@@ -101,6 +105,16 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
         return V.DictObjectVariable.from_real(out, value, source)
     if type(value) in (set, frozenset):  # a frozenset of constants is a constant
         return V.sets.from_real(out, value, source)
+    if type(value) is collections.ChainMap:
+        if source:
+            guards.type_is(source, collections.ChainMap)
+        return V.chainmap.from_real(out, value, source)
+    if V.builtin_subclasses.native_type(type(value)) is not None:
+        if source:
+            guards.type_is(source, type(value))
+        subclass_object = V.builtin_subclasses.from_real(out, value, source)
+        if subclass_object is not None:
+            return subclass_object
     if isinstance(value, GradModeRestore):
         if source:
             guards.type_is(source, GradModeRestore)
@@ -294,6 +308,8 @@ def _is_torch(value: Any) -> bool:
 def _is_builtin(value: Any) -> bool:
     if getattr(value, "__module__", None) in PURE_MODULES or polyfills.stand_in(value):
         return True
+    if any(value is native.__new__ for native in V.builtin_subclasses.NATIVE_TYPES[1:]):
+        return True  # ``tuple.__new__(cls, items)``: ``builtins`` models it
     return isinstance(value, types.BuiltinFunctionType) and getattr(value, "__self__", None) in (
         builtins,
         math,

@@ -466,6 +466,19 @@ def _object_new(
     return V.UserObjectVariable(None, cls=klass)
 
 
+#: The C types whose ``__new__`` a user subclass's ``__new__`` calls (``super().__new__(cls)``).
+NATIVE_NEWS = (list, tuple, set, frozenset)
+
+
+def _native_new(native: type) -> Any:
+    def handler(
+        tx: Translator, cls: V.VariableTracker, *args: V.VariableTracker, **kwargs: Any
+    ) -> V.VariableTracker:
+        return V.builtin_subclasses.new_instance(tx, native, class_value(cls), list(args), kwargs)
+
+    return handler
+
+
 def _print(tx: Translator, *args: Any, **kwargs: Any) -> V.VariableTracker:
     raise Unsupported("print() writes output")
 
@@ -521,6 +534,7 @@ _HANDLERS: dict[Any, Any] = {
     math.floor: _scalar(math.floor),
     math.ceil: _scalar(math.ceil),
     math.sqrt: _scalar(math.sqrt),
+    **{native.__new__: _native_new(native) for native in NATIVE_NEWS},
 }
 
 
@@ -605,7 +619,11 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
     """``cls(*args)`` for builtin containers, namedtuples, dataclasses and torch value types."""
     if cls in _HANDLERS:
         return _HANDLERS[cls](tx, *args, **kwargs)
-    for constructors in (V.collection_types.CONSTRUCTORS, V.context_managers.CONSTRUCTORS):
+    for constructors in (
+        V.collection_types.CONSTRUCTORS,
+        V.chainmap.CONSTRUCTORS,
+        V.context_managers.CONSTRUCTORS,
+    ):
         if cls in constructors:
             return constructors[cls](tx, *args, **kwargs)
     if polyfills.stand_in(cls) is not None:
@@ -642,6 +660,8 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
             values[f] if f in values else tx.output.wrap(defaults[f], None) for f in cls._fields
         ]
         return V.TupleVariable(items, cls=cls, fields=tuple(cls._fields))
+    if V.builtin_subclasses.native_type(cls) is not None:
+        return V.builtin_subclasses.construct(tx, cls, args, kwargs)
     if V.records.builds_natively(cls):
         return V.records.construct(tx, cls, args, kwargs)
     if _is_plain_user_class(cls):

@@ -276,6 +276,9 @@ class Translator:
         ):  # ``n += t`` on an int: no ``int.__iadd__``, so Python runs ``n = n + t``
             return self.binary_op(base, a, b)
         if isinstance(a, V.UserObjectVariable) or isinstance(b, V.UserObjectVariable):
+            native = V.builtin_subclasses.binary(self, symbol, _DUNDER[base], a, b)
+            if native is not None:
+                return native
             return V.dunders.binary(self, _DUNDER[base], inplace, a, b)
         if isinstance(a, V.TensorVariable) or isinstance(b, V.TensorVariable):
             return self.output.call_op("call_function", fn, [a, b], {})
@@ -351,9 +354,11 @@ class Translator:
         if isinstance(obj, V.numpy_arrays.NumpyArrayVariable):
             return obj.getitem(self, index)
         if isinstance(obj, V.DictVariable):
-            return obj.getitem(self, V.sets.key_of(index))
+            return obj.getitem(self, V.sets.key_of(index, self))
         if isinstance(obj, (V.ContainerVariable, V.DequeVariable)):
             return obj.getitem(self, index.as_python_constant())
+        if isinstance(obj, V.chainmap.ChainMapVariable):
+            return obj.getitem(self, index)
         if obj.is_constant() and index.is_constant():
             return fold(operator.getitem, obj.as_python_constant(), index.as_python_constant())
         if isinstance(obj, V.UserObjectVariable):
@@ -690,8 +695,8 @@ class Translator:
         if isinstance(container, V.DictViewVariable) and container.kind == "keys":
             container = container.mapping
         if isinstance(container, V.DictVariable):
-            found = V.sets.key_of(item) in container.items
-        elif isinstance(container, V.SetVariable):
+            found = V.sets.key_of(item, self) in container.items
+        elif isinstance(container, (V.SetVariable, V.chainmap.ChainMapVariable)):
             found = container.contains(self, item)
         elif isinstance(container, V.NNModuleVariable) and isinstance(
             container.value, torch.nn.ModuleDict
@@ -716,7 +721,10 @@ class Translator:
         """``item in container`` for sequences and iterators: iterates until an item equals
         ``item`` (``item_equals``: ``x in [x]`` is True by identity); a user object's own
         ``__contains__`` first."""
-        if isinstance(container, V.UserObjectVariable) and container.defines("__contains__"):
+        if isinstance(container, V.UserObjectVariable) and (
+            container.defines("__contains__")
+            or isinstance(container, V.builtin_subclasses.BuiltinSubclassVariable)
+        ):
             return self.truth(
                 self.call_function(self.getattr(container, "__contains__"), [item], {})
             )
@@ -771,7 +779,7 @@ class Translator:
                 obj.items[index] = self.unpack_iterable(value)
             else:
                 obj.items[index] = value
-        elif isinstance(obj, (V.UserObjectVariable, V.DequeVariable)):
+        elif isinstance(obj, (V.UserObjectVariable, V.DequeVariable, V.chainmap.ChainMapVariable)):
             self.call_function(self.getattr(obj, "__setitem__"), [key, value], {})
         elif isinstance(obj, V.numpy_arrays.NumpyArrayVariable):
             obj.call_method(self, "__setitem__", [key, value], {})
@@ -784,6 +792,10 @@ class Translator:
         if isinstance(obj, (V.ListVariable, V.DictVariable)):
             self.output.side_effects.mutate(obj)
             del obj.items[key.as_python_constant()]
+        elif isinstance(
+            obj, (V.builtin_subclasses.BuiltinSubclassVariable, V.chainmap.ChainMapVariable)
+        ):
+            self.call_function(self.getattr(obj, "__delitem__"), [key], {})
         else:
             raise Unsupported(f"del on an item of {obj.describe()}")
 
@@ -801,7 +813,9 @@ class Translator:
     def BUILD_MAP(self, inst: dis.Instruction) -> None:
         flat = self.popn(2 * inst.arg)
         self.push(
-            V.DictVariable({V.sets.key_of(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)})
+            V.DictVariable(
+                {V.sets.key_of(flat[i], self): flat[i + 1] for i in range(0, len(flat), 2)}
+            )
         )
 
     def BUILD_CONST_KEY_MAP(self, inst: dis.Instruction) -> None:
@@ -861,7 +875,7 @@ class Translator:
     def MAP_ADD(self, inst: dis.Instruction) -> None:
         value = self.pop()
         key = self.pop()
-        self.stack[-inst.arg].items[V.sets.key_of(key)] = value
+        self.stack[-inst.arg].items[V.sets.key_of(key, self)] = value
 
     def LIST_EXTEND(self, inst: dis.Instruction) -> None:
         seq = self.pop()

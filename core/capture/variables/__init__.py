@@ -30,6 +30,8 @@ One module per family:
 | ``assertions`` | ``unittest.TestCase.assert*`` called in traced code |
 | ``records`` | dataclasses and dict-backed user objects (``ModelOutput``), ``dataclasses.fields``... |
 | ``mappings`` | ``collections.abc.Mapping`` subclasses: their views, ``dict(obj)`` and ``**obj`` |
+| ``chainmap`` | ``collections.ChainMap`` |
+| ``builtin_subclasses`` | user subclasses of ``list``, ``tuple``, ``set``, ``frozenset``, ``dict``: items in a native tracker |
 | ``opaque`` | objects not traced into (C functions, TorchScript...) |
 | ``lookups`` | C methods and mapping lookups on real objects, answered at capture time |
 | ``nn_modules`` | ``nn.Module`` instances |
@@ -115,7 +117,14 @@ from torchkiln.capture.variables.torch_objects import (
 
 # isort: split
 # families read as ``V.<module>``, imported once the classes they use exist
-from torchkiln.capture.variables import assertions, descriptors, dunders, numpy_arrays  # noqa: F401
+from torchkiln.capture.variables import (  # noqa: F401
+    assertions,
+    builtin_subclasses,
+    chainmap,
+    descriptors,
+    dunders,
+    numpy_arrays,
+)
 
 __all__ = [
     "CONSTANT_TYPES",

@@ -34,7 +34,7 @@ class OrderedDictVariable(containers.DictVariable):
         last = options.get("last", constants.ConstantVariable(True)).as_python_constant()
         items = self.items
         if name == "move_to_end":
-            key = sets.key_of(options["key"])
+            key = sets.key_of(options["key"], tx)
             if key not in items:
                 self.missing_key(key)
             tx.output.side_effects.mutate(self)

@@ -290,7 +290,7 @@ class DictVariable(VariableTracker):
     @staticmethod
     def missing_key(key: Any) -> None:
         """Python's ``KeyError`` for ``key`` (raised in the frame: it may catch it)."""
-        if isinstance(key, sets.Element):
+        if isinstance(key, (sets.Element, sets.HashedKey)):
             raise Unsupported(f"KeyError for a missing {key.vt.describe()} key")
         raise exceptions.error(KeyError, key, reason=f"dict key {key!r} not found")
 
@@ -308,7 +308,7 @@ class DictVariable(VariableTracker):
 
     def call_method(self, tx: Translator, name: str, args: list, kwargs: dict) -> VariableTracker:
         items = self.items
-        consts = [sets.key_of(args[0])] if name in KEYED_METHODS and args else []
+        consts = [sets.key_of(args[0], tx)] if name in KEYED_METHODS and args else []
         if name in DICT_MUTATORS:
             tx.output.side_effects.mutate(self)
         if name == "__setitem__":
@@ -376,7 +376,7 @@ def update_items(
             if len(parts) != 2:
                 message = f"dictionary update sequence element #{n} has length {len(parts)}; 2 is required"
                 raise exceptions.error(ValueError, message, reason=message)
-            items[sets.key_of(parts[0])] = parts[1]
+            items[sets.key_of(parts[0], tx)] = parts[1]
     items.update(kwargs)
 
 

@@ -19,6 +19,7 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
+from torchkiln.capture import variables
 from torchkiln.capture.runtime import set_entries
 from torchkiln.capture.variables import constants, containers, exceptions, tensors
 from torchkiln.capture.variables.base import IteratorVariable, ValueVariable, VariableTracker
@@ -45,14 +46,38 @@ class Element:
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Element):
-            return False
+            return NotImplemented  # a ``HashedKey``'s ``__eq__`` decides, as the user's does
         if other.identity is self.identity:
             return True
         return self.real and other.real and bool(self.identity == other.identity)
 
 
-def key_of(vt: VariableTracker) -> Any:
-    """The mirror key of element ``vt`` (Python's own ``TypeError`` if it is unhashable)."""
+class HashedKey:
+    """The mirror's key for an object whose class defines ``__hash__`` in Python: the hash that
+    method gave (inlined), and equality by the class's ``__eq__``, inlined when the mirror's C
+    code compares two keys, which it does where CPython would: on equal hashes, stored key
+    first. Such hashes may hash strings, salted per process: a set of these keys never
+    tells its order (``_is_real``)."""
+
+    __slots__ = ("hash", "tx", "vt")
+
+    def __init__(self, tx: Translator, vt: VariableTracker):
+        self.tx = tx
+        self.vt = vt
+        self.hash = variables.dunders.hash_of(tx, vt).as_python_constant()
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HashedKey) and other.vt is self.vt:
+            return True  # the same object: CPython compares by identity first
+        return self.tx.truth(self.tx.binary_op("==", self.vt, tracker_of(other)))
+
+
+def key_of(vt: VariableTracker, tx: Translator | None = None) -> Any:
+    """The mirror key of element ``vt`` (Python's own ``TypeError`` if it is unhashable); an
+    object hashed by its class's Python ``__hash__`` needs ``tx``, which runs it."""
     if vt.is_constant() or tensors.holds_size(vt):  # a symbolic size hashes its value
         value = vt.as_python_constant()
         try:
@@ -61,7 +86,7 @@ def key_of(vt: VariableTracker) -> Any:
             raise _unhashable(value) from None
         return value
     if isinstance(vt, containers.TupleVariable) and vt.cls is tuple:
-        return tuple(key_of(item) for item in vt.items)
+        return tuple(key_of(item, tx) for item in vt.items)
     if isinstance(vt, tensors.TensorVariable):
         return Element(vt, vt, real=False)
     if isinstance(vt, SetVariable) and vt.frozen:
@@ -71,7 +96,13 @@ def key_of(vt: VariableTracker) -> Any:
         if cls.__hash__ is None:
             raise _unhashable(vt)
         if isinstance(cls.__hash__, types.FunctionType):
-            raise Unsupported(f"a {cls.__name__} in a set: its class's __hash__ is not traced")
+            if tx is None or not isinstance(vt, variables.objects.UserObjectVariable):
+                raise Unsupported(f"a {cls.__name__} as a set element or dict key here")
+            return HashedKey(tx, vt)
+        if isinstance(
+            vt, variables.builtin_subclasses.BuiltinSubclassVariable
+        ):  # hashed by its items
+            raise Unsupported(f"a {cls.__name__} as a set element or dict key")
         if vt.value is None:  # an object the frame made: hashed by its address, not known yet
             return Element(vt, vt, real=False)
         return Element(vt, vt.value, real=True)
@@ -88,7 +119,7 @@ def _unhashable(value: Any) -> exceptions.Raised:
 
 def tracker_of(key: Any) -> VariableTracker:
     """The element a mirror key stands for."""
-    if isinstance(key, Element):
+    if isinstance(key, (Element, HashedKey)):
         return key.vt
     if type(key) is tuple and not constants.is_constant_value(key):
         return containers.TupleVariable([tracker_of(k) for k in key])
@@ -96,7 +127,9 @@ def tracker_of(key: Any) -> VariableTracker:
 
 
 def _is_real(key: Any) -> bool:
-    """Whether ``key`` hashes as the element does in eager."""
+    """Whether ``key`` hashes as the element does in eager, in any process."""
+    if isinstance(key, HashedKey):
+        return False
     if isinstance(key, Element):
         return key.real
     return all(map(_is_real, key)) if type(key) is tuple else True
@@ -145,7 +178,7 @@ class SetVariable(VariableTracker):
         return bool(self.mirror)
 
     def contains(self, tx: Translator, item: VariableTracker) -> bool:
-        return key_of(item) in self.mirror
+        return key_of(item, tx) in self.mirror
 
     def keys_in_order(self, tx: Translator) -> list:
         """The mirror's keys in the real iteration order (see the module docstring)."""
@@ -214,7 +247,7 @@ class SetVariable(VariableTracker):
             key = self.mirror.pop()
             self._changed(tx, name, [], True)
             return tracker_of(key)
-        key = key_of(args[0])
+        key = key_of(args[0], tx)
         if name == "remove" and key not in self.mirror:
             if not args[0].is_constant():
                 raise Unsupported(f"set.remove of {args[0].describe()} not in the set (KeyError)")
@@ -262,9 +295,14 @@ class SetVariable(VariableTracker):
         """The frame's changes replayed on the real set, in order, so that its table ends as
         eager leaves it (arguments read before any side effect runs)."""
         return [
-            f"{self.source}.{name}({', '.join(codegen.temp(codegen.reconstruct(a)) for a in args)})"
+            f"{self.method_expr(codegen, name)}"
+            f"({', '.join(codegen.temp(codegen.reconstruct(a)) for a in args)})"
             for name, args in self.log
         ]
+
+    def method_expr(self, codegen: Any, name: str) -> str:
+        """The real set's method ``name``, bound (a subclass's storage: ``set``'s own)."""
+        return f"{self.source}.{name}"
 
 
 #: Methods that take one element.
@@ -324,7 +362,7 @@ def operand(tx: Translator, vt: VariableTracker) -> Operand:
         view = _real_view(vt)
         return Operand(view, all(map(_is_real, view)), containers.TupleVariable(vt.unpack(tx)))
     items = tx.unpack_iterable(vt)
-    keys = [key_of(item) for item in items]
+    keys = [key_of(item, tx) for item in items]
     return Operand(keys, all(map(_is_real, keys)), containers.TupleVariable(items))
 
 
@@ -351,10 +389,13 @@ def build_set(tx: Translator, items: list[VariableTracker]) -> SetVariable:
     return result
 
 
-def from_real(out: Any, value: set | frozenset, source: str | None) -> SetVariable:
+def from_real(
+    out: Any, value: set | frozenset, source: str | None, kind: type[SetVariable] | None = None
+) -> SetVariable:
     """A set read through ``source``: constants, and classes or functions (hashed by identity,
     and fixed by the guard as the set's elements are). Its type, elements and order are
-    guarded: the table's layout behind that order is not known (``SetVariable.exact``)."""
+    guarded: the table's layout behind that order is not known (``SetVariable.exact``).
+    ``kind``: the tracker of a user subclass's items, read with the native iterator."""
     keys = []
     for v in value:
         if constants.is_constant_value(v):
@@ -365,16 +406,18 @@ def from_real(out: Any, value: set | frozenset, source: str | None) -> SetVariab
             raise Unsupported(
                 f"a set holding a {type(v).__name__} (its elements have no source to guard)"
             )
+    native = frozenset if isinstance(value, frozenset) else set
     if source is not None:
         guards = out.guards
         guards.type_is(source, type(value))
-        entries = set_entries(value)
+        entries = set_entries(native.__iter__(value))
+        read = source if type(value) is native else f"{guards.bind(native.__iter__)}({source})"
         guards.add(
-            f"{guards.bind(set_entries, 'set_entries')}({source}) == {guards.bind(entries, 'set')}",
+            f"{guards.bind(set_entries, 'set_entries')}({read}) == {guards.bind(entries, 'set')}",
             2,
-            f"{source} holds {value!r} in this order",
+            f"{source} holds {native.__repr__(value)} in this order",
         )
-    return SetVariable(type(value)(keys), source, exact=False, order=keys)
+    return (kind or SetVariable)(native(keys), source, exact=False, order=keys)
 
 
 def guard_hashes(tx: Translator, keys: list) -> None:
