@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchkiln.capture import builtins
+from torchkiln.capture import builtins, sdpa_mask
 from torchkiln.capture import variables as V
 from torchkiln.distributed import capture_rules as distributed_rules
 from torchkiln.exc import Unsupported
@@ -102,6 +102,8 @@ def call_torch_function(tx: Translator, fn: Any, args: list, kwargs: dict) -> V.
     module = getattr(fn, "__module__", "") or ""
     if module.startswith(("torch._dynamo", "torch.compiler", "torch.utils.data")):
         raise Unsupported(f"{module}.{getattr(fn, '__name__', fn)}")
+    if sdpa_mask.is_sdpa(fn):
+        args, kwargs = sdpa_mask.with_dense_mask(tx, args, kwargs)
     if args and isinstance(args[0], V.TensorVariable):  # ``torch.is_inference(x)``...
         V.guard_tensor_state(tx, args[0], getattr(fn, "__name__", ""))
     return tx.output.call_op("call_function", fn, args, kwargs)
