@@ -12,7 +12,9 @@ kernels may fuse when
 * every value one reads from the other is read exactly where, in the same
   outer iteration, it was written (so parallel outer iterations never
   depend on each other and results never change),
-* fusing does not create a cycle through a third kernel.
+* fusing does not create a cycle through a third kernel,
+* a pointwise node's loop splits only to join a reduction's rows (each outer
+  iteration walks its rows alone: one program each, on a GPU).
 
 Kernels that share nothing fuse too when they run over the same loops (one
 pass of loop overhead on a CPU), unless ``independent_fusion`` is off (on a
@@ -424,10 +426,24 @@ class Scheduler:
             return None
         if self._ancestry.creates_cycle(a.nodes[0].name, b.nodes[0].name):
             return None
+        if self._splits_without_joining_rows(a, b, outer):
+            return None
         nodes = sorted([n.refined(outer) for n in (*a.nodes, *b.nodes)], key=lambda n: n.order)
         if not self._accesses_agree(nodes, outer):
             return None
         return FusedKernel(nodes, outer)
+
+    def _splits_without_joining_rows(self, a: FusedKernel, b: FusedKernel, outer) -> bool:
+        """Whether a pointwise node would split its loop to fit ``outer`` with no reduction
+        over ``outer``'s rows in the kernel. The split exists to join a reduction's rows (a
+        layer norm's output and its statistics); without one it only shares a read, and
+        each outer iteration then walks its rows alone: on a GPU, a 100M-element node that
+        joined 64 per-channel values (both read the channel statistics) ran as 64 programs
+        of 1.6M elements each, 1.3 ms instead of ~0.1."""
+        nodes = (*a.nodes, *b.nodes)
+        if any(n.is_reduction and n.loop_sizes == outer for n in nodes):
+            return False
+        return any(not (n.is_reduction or n.is_scatter) and n.split(outer) for n in nodes)
 
     def _feeds_from_reduction(self, a: FusedKernel, b: FusedKernel) -> bool:
         """Whether a node of ``b`` reads a reduction computed in ``a``."""

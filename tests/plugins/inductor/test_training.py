@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from torchkiln_inductor.backend import compile_graph
+from torchkiln_inductor.graph import _channels_last_backward_is_safe
 
 
 def mlp(x, w1, b1, lw, lb, w2, b2):
@@ -88,3 +89,12 @@ def test_one_by_one_convolutions_that_stride_or_pad_have_eager_gradients():
         [sys.executable, "-c", script], cwd=Path(__file__).parent, capture_output=True, text=True
     )
     assert child.returncode == 0, child.stderr[-4000:]
+
+
+def test_only_the_cpu_backward_of_strided_one_by_one_convolutions_runs_contiguous():
+    """The oneDNN bug above is the CPU's: on a GPU, contiguous operands would cost cuDNN a
+    layout conversion on each side of every downsampling convolution's backward."""
+    args = ((64, 32, 1, 1), [2, 2], [0, 0])
+    assert not _channels_last_backward_is_safe(*args, torch.device("cpu"))
+    assert _channels_last_backward_is_safe(*args, torch.device("cuda"))
+    assert _channels_last_backward_is_safe((64, 32, 3, 3), [2, 2], [1, 1], torch.device("cpu"))
