@@ -25,6 +25,8 @@ ARTIFACTS = {
     "backends": "plugin discovery: which plugins loaded, which failed and why",
     "partitions": "each graph split by backend: its partitions, which ops went where and why",
     "distributed": "each graph split at DDP's gradient buckets, or why it was not split",
+    "autotune": "each candidate config a kernel's tuning measured, with its time, and the winner",
+    "quiet": "no progress bars (autotuning's)",
 }
 
 log = logging.getLogger("torchkiln")

@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 from torchkiln import logs
 
 from . import trace
+from .autotune.tuner import TuningSettings, cpp_not_tuned
 from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
 from .codegen.triton import TritonModule, generate_triton
 from .codegen.wrapper import WrapperCodegen
@@ -70,7 +71,7 @@ class GraphArtifact:
     def bind(self, lib: ctypes.CDLL | None) -> CompiledGraph:
         ns = {"torch": torch, **self.namespace}
         if self.triton:
-            ns.update(self.triton.load())
+            self.triton.load(ns)
         for name, num_params in self.kernels:
             fn = getattr(lib, name)
             fn.argtypes = [ctypes.c_void_p] * num_params
@@ -171,11 +172,18 @@ def generate(
         tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule, caps, plans))
     timings["schedule"] = time.perf_counter() - t0 - timings["lower"]
     if caps.name == "triton":
-        module, launches = generate_triton(plans, graph)
+        tuning = (
+            TuningSettings(options.autotune_max_trials, options.autotune_time_budget_s)
+            if options.max_autotune
+            else None
+        )
+        module, launches = generate_triton(plans, graph, tuning)
         kernels: list[GeneratedKernel] = []
         wrapper = WrapperCodegen(graph, schedule, plans, launches, single)
         cpp_source = ""
     else:
+        if options.max_autotune:
+            cpp_not_tuned()
         module = None
         by_step = generate_kernels(
             plans, graph, options.simdlen, options.threads, options.parallel_threshold

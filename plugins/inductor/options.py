@@ -91,6 +91,38 @@ _FIELDS: tuple[tuple[str, Option], ...] = (
         ),
     ),
     (
+        "max_autotune",
+        Option(
+            "max_autotune",
+            False,
+            "benchmark block sizes, warps and stages of each Triton kernel on the real inputs at "
+            "its first call and keep the fastest (stored on disk: a second process tunes "
+            "nothing); C++ kernels are not tuned yet (said once)",
+            bool,
+        ),
+    ),
+    (
+        "autotune_max_trials",
+        Option(
+            "autotune.max_trials",
+            12,
+            "most candidate configs benchmarked per kernel, the heuristic's first",
+            int,
+            minimum=1,
+        ),
+    ),
+    (
+        "autotune_time_budget_s",
+        Option(
+            "autotune.time_budget_s",
+            60.0,
+            "seconds one kernel's tuning may take; candidates left when it runs out are skipped "
+            "and the fastest so far is kept",
+            (int, float),
+            minimum=0,
+        ),
+    ),
+    (
         "trace",
         Option(
             "trace.enabled",
@@ -132,9 +164,10 @@ OPTIONS: tuple[Option, ...] = (
         runtime_wrapper="cudagraphs",
     ),
     Option(
-        "max_autotune",
+        "max_autotune_gemm",
         False,
-        "benchmark kernel variants and keep the fastest",
+        "measured choice between Triton matmul templates (with fused epilogues) and the aten "
+        "call for each matmul: not built yet (the Triton templates are to come)",
         bool,
         implemented=False,
     ),

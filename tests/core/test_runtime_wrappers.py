@@ -10,7 +10,7 @@ import torch
 import torchkiln
 from torchkiln import registry
 from torchkiln.api import resolve_backend
-from torchkiln.exc import InvalidOptionError, NotImplementedYet, UnknownBackendError
+from torchkiln.exc import InvalidOptionError, UnknownBackendError
 from torchkiln.plugin import Backend, Option, RuntimeWrapper, hookimpl
 
 
@@ -146,9 +146,12 @@ def test_inductor_cudagraphs_option_turns_the_wrapper_on(wrappers):
     assert resolve_backend("inductor", None, {"triton.cudagraphs": False}).runtime_wrappers == ()
 
 
-def test_inductor_max_autotune_still_raises_not_implemented(wrappers):
-    with pytest.raises(NotImplementedYet, match="max_autotune"):
-        torchkiln.compile(lambda x: x, backend="inductor", mode="max-autotune")
+def test_inductor_max_autotune_mode_tunes_under_the_cudagraphs_wrapper(wrappers):
+    compiler = resolve_backend("inductor", "max-autotune", None)
+    assert compiler.runtime_wrappers == ("cudagraphs",)
+    assert compiler.options == {"max_autotune": True}
+    no_graphs = resolve_backend("inductor", "max-autotune-no-cudagraphs", None)
+    assert no_graphs.runtime_wrappers == () and no_graphs.options == {"max_autotune": True}
 
 
 def test_callable_backend_gets_the_modes_wrapper(wrappers):

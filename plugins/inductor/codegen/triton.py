@@ -33,12 +33,12 @@ import hashlib
 import importlib.util
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..autotune.tuner import TuningSettings
 from ..device import TRITON_PERSISTENT_MAX
 from ..indexing import Expr, FloorDiv, Indirect, Mod, Var, unflatten
 from ..ir import GraphIR, Reduction
@@ -598,6 +598,8 @@ class TritonKernel:
         self._locals: dict[tuple[str, Expr], TritonValue] = {}  # the plan's local buffers
         self._tile_names: dict[tuple[int, ...], int] = {}  # inner loops -> first segment over them
         self._columns = False  # tiles wide in x, short in r (decided in ``emit``)
+        self.xnumel = math.prod(plan.kernel.outer)
+        self.rnumels: dict[str, int] = {}  # RBLOCK constexpr -> its segments' inner elements
         self._stored: set[str] = set()
         self._tmp = 0
 
@@ -618,7 +620,7 @@ class TritonKernel:
     # -- the kernel -------------------------------------------------------------------
     def emit(self) -> tuple[str, list[str], dict[str, int], tuple[int, ...]]:
         """(source with placeholder name ``KERNEL_NAME``, buffer arguments, block sizes, grid)."""
-        xnumel = math.prod(self.plan.kernel.outer)
+        xnumel = self.xnumel
         self._columns = self._reads_down_columns()
         rblocks = [self._rblock(seg) for seg in self.plan.segments if self._tiled(seg)]
         if rblocks:
@@ -626,7 +628,7 @@ class TritonKernel:
         else:
             xblock = min(_pow2(xnumel), POINTWISE_BLOCK)
         self.meta["XBLOCK"] = xblock
-        self.num_warps = _num_warps(xblock * max(rblocks, default=1))
+        self.num_warps = num_warps_for(xblock * max(rblocks, default=1))
         wide = self._max_numel() >= 2**31
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
@@ -693,6 +695,7 @@ class TritonKernel:
         k = self._tile_names.setdefault(seg.inner, k)  # one index variable per inner loops
         rname = f"r{k}index"
         self.meta[f"RBLOCK{k}"] = rblock
+        self.rnumels[f"RBLOCK{k}"] = rnumel
         tile = _Tile(rname, f"RBLOCK{k}")
         inner_vars = unflatten(Expr.of(Var(rname, rnumel)), seg.inner)
         looped = rnumel > rblock
@@ -897,7 +900,7 @@ class TritonKernel:
         return TritonValue(n[0], acc.value.dtype, frozenset("x"))
 
 
-def _num_warps(tile_elements: int) -> int:
+def num_warps_for(tile_elements: int) -> int:
     """Warps per program: 8 elements of a tile per thread, between 2 and 8 warps (a
     1024-element pointwise block gets Triton's default 4, a persistent 4096-wide row 8)."""
     return max(2, min(8, tile_elements // 256))
@@ -923,6 +926,12 @@ class KernelLaunch:
     num_warps: int
     dtypes: tuple[torch.dtype, ...]  # of the params' buffers: what Triton specializes on
     device: str
+    # what the autotuner varies: XBLOCK over ``xnumel``; an RBLOCK over its inner elements
+    # when they loop (more than the block), and which params hold values from before the
+    # kernel (scatter targets, mutated inputs): benchmark runs write into copies of those
+    xnumel: int
+    rnumels: tuple[tuple[str, int], ...]
+    in_place: tuple[bool, ...]
 
 
 @dataclass(frozen=True)
@@ -931,11 +940,13 @@ class TritonModule:
 
     source: str
     launches: tuple[KernelLaunch, ...]
+    autotune: TuningSettings | None = None  # max_autotune: tune each kernel at its first call
 
-    def load(self) -> dict[str, Callable[..., None]]:
+    def load(self, namespace: dict[str, Any]) -> None:
         """Import the source (Triton reads a kernel's source from its file, written to a folder
         of this process's own: one in the cache could hold someone else's code) and bind
-        launchers."""
+        each kernel's launcher into ``namespace``, the wrapper's globals (where a tuned kernel
+        puts its winner in its own place)."""
         from torchkiln.plugin import private_cache_dir, scratch_dir
 
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:24]
@@ -949,17 +960,25 @@ class TritonModule:
         root = private_cache_dir()  # Triton's cache holds libraries it loads: only a trusted one
         if root is not None:
             use_triton_cache(root)
+        if self.autotune is not None:
+            from ..autotune.triton_kernels import tuned_launchers
+
+            namespace.update(tuned_launchers(module, self.launches, self.autotune, namespace))
+            return
         launchers = {
             k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta), k.num_warps)
             for k in self.launches
         }
         compile_at_once([(launchers[k.name], k.dtypes, k.device) for k in self.launches])
-        return launchers
+        namespace.update(launchers)
 
 
-def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[TritonModule, dict]:
+def generate_triton(
+    plans: dict[str, KernelPlan], graph: GraphIR, autotune: TuningSettings | None = None
+) -> tuple[TritonModule, dict]:
     """The Triton module of every planned kernel, and per kernel name its launch (identical
-    kernels share a function, named by the hash of its text)."""
+    kernels share a function, named by the hash of its text); ``autotune``: tune each kernel
+    at its first call."""
     sources: dict[str, str] = {}
     by_step: dict[str, KernelLaunch] = {}
     for kernel_name, plan in plans.items():
@@ -976,6 +995,9 @@ def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[Trito
             kernel.num_warps,
             tuple(b.dtype for b in buffers),
             str(buffers[0].layout.device),
+            kernel.xnumel,
+            tuple(kernel.rnumels.items()),
+            tuple(kernel.params[p][1] and p not in plan.stored for p in params),
         )
         by_step[kernel_name] = launch
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
@@ -983,4 +1005,4 @@ def generate_triton(plans: dict[str, KernelPlan], graph: GraphIR) -> tuple[Trito
     prelude = prelude.replace("{interpreted}", str(interpreted)).rstrip("\n")
     source = "\n\n\n".join([prelude, *sources.values()]) + "\n"
     launches = {launch.name: launch for launch in by_step.values()}
-    return TritonModule(source, tuple(launches.values())), by_step
+    return TritonModule(source, tuple(launches.values()), autotune), by_step

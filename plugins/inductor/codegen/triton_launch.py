@@ -47,15 +47,28 @@ class InterpretedLauncher:
     def __call__(self, *tensors: torch.Tensor) -> None:
         self._call(*tensors, **self._meta)
 
+    def compile_for(self, tensors: tuple[torch.Tensor, ...]) -> None:
+        """Nothing to compile: the interpreter runs the kernel's Python source."""
+
 
 class LeanLauncher:
     """A compiled kernel called through its launcher, with the grid and block sizes fixed."""
 
-    def __init__(self, fn, grid: tuple[int, ...], meta: dict[str, int], num_warps: int):
+    def __init__(
+        self,
+        fn,
+        grid: tuple[int, ...],
+        meta: dict[str, int],
+        num_warps: int,
+        num_stages: int | None = None,
+    ):
         self._fn = fn
         self._grid = grid
         self._meta = meta
-        self._num_warps = num_warps
+        # Triton's default num_stages unless a tuned config names one
+        self._options = {"num_warps": num_warps}
+        if num_stages is not None:
+            self._options["num_stages"] = num_stages
         self._grid3 = (*grid, 1, 1)[:3]
         self._constexprs = tuple(meta.values())
         self._compiled: dict[tuple[bool, ...], tuple] = {}
@@ -82,8 +95,15 @@ class LeanLauncher:
         ``AsyncCompileMode`` when one is active); the first call with it finishes."""
         self._started[_alignment(tensors)] = self._warmup(tensors)
 
+    def compile_for(self, tensors: tuple[torch.Tensor, ...]) -> None:
+        """Compile and load the kernel for ``tensors`` now (the autotuner does, on a worker
+        thread, so that a config that fails to compile or load fails there)."""
+        aligned = _alignment(tensors)
+        if aligned not in self._compiled:
+            self._compile(aligned, tensors)
+
     def _warmup(self, tensors: tuple[torch.Tensor, ...]):
-        return self._fn.warmup(*tensors, grid=self._grid, num_warps=self._num_warps, **self._meta)
+        return self._fn.warmup(*tensors, grid=self._grid, **self._options, **self._meta)
 
     def _compile(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]) -> tuple:
         """Compile for this alignment pattern (Triton's disk cache makes a repeat cheap)."""
@@ -127,11 +147,13 @@ def _any(hook) -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
-def launcher_for(fn, grid: tuple[int, ...], meta: dict[str, int], num_warps: int):
+def launcher_for(
+    fn, grid: tuple[int, ...], meta: dict[str, int], num_warps: int, num_stages: int | None = None
+):
     """The launcher that fits ``fn``: interpreted under ``TRITON_INTERPRET=1`` (which has no
-    warps), lean otherwise."""
+    warps or stages), lean otherwise."""
     from triton.runtime.interpreter import InterpretedFunction
 
     if isinstance(fn, InterpretedFunction):
         return InterpretedLauncher(fn, grid, meta)
-    return LeanLauncher(fn, grid, meta, num_warps)
+    return LeanLauncher(fn, grid, meta, num_warps, num_stages)

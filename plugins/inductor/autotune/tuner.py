@@ -1,0 +1,197 @@
+"""Measured choice: build each candidate of a kernel, time it on the real inputs, keep the
+fastest, and store the winner so that the next process only builds that one.
+
+A :class:`Choice` is one way to compute a kernel's outputs: a name (stable across processes:
+the store keys on it) and ``build(args)``, which compiles for ``args`` and returns the
+launcher ``launch(*args)``. Block-size configs of a generated Triton kernel are choices
+(``triton_kernels.py``); so will be matmul templates.
+
+Builds run on a pool of threads, each with a deadline (:data:`BUILD_TIMEOUT_S`): a config
+that raises (an unsupported tile, out of shared memory when the binary loads) or does not
+finish costs that config only. Threads, not processes: Triton's compiler passes release the
+GIL and ``ptxas`` is a process of its own (its crash is an exception here), while a process
+per worker would pay a CUDA context and a torch import each and still have to load the
+winner here. What threads don't contain: a crash inside Triton's in-process compiler kills
+the process, and a hung build keeps its thread until it ends.
+
+Benchmarks run one candidate at a time, on copies of the arguments the kernel writes in
+place (so repeated runs don't compound into the real values): on CUDA ``do_bench``'s median
+(caches flushed between runs), elsewhere the median wall time of a few runs. Counters:
+``torchkiln.counters["autotune"]``: ``benchmarked`` (candidates timed), ``tuned`` (kernels
+measured), ``reused`` (stored winners taken), ``failed`` (candidates skipped).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+import torch
+
+from torchkiln import counters, logs
+from torchkiln.exc import KilnError
+
+from .progress import progress
+from .store import load_winner, store_winner, tuning_key
+
+#: seconds a candidate's build may take before it is given up
+BUILD_TIMEOUT_S = 120.0
+#: most builds at the same time
+BUILD_THREADS = 16
+#: ``do_bench`` warm-up and measurement, in milliseconds of running the kernel
+GPU_WARMUP_MS, GPU_REP_MS = 10, 40
+#: timed runs of a candidate off the GPU (after one untimed)
+CPU_RUNS = 3
+
+Launch = Callable[..., None]
+Benchmark = Callable[[Callable[[], None]], float]
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """What ``max_autotune`` may spend per kernel (``autotune.*`` options)."""
+
+    max_trials: int
+    time_budget_s: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One candidate: ``build(args)`` compiles it for ``args`` (raising if it can't) and
+    returns its launcher."""
+
+    name: str
+    build: Callable[[tuple[torch.Tensor, ...]], Launch]
+
+
+def tune(
+    kernel: str,
+    problem: tuple,
+    choices: Sequence[Choice],
+    args: tuple[torch.Tensor, ...],
+    in_place: Sequence[bool],
+    settings: TuningSettings,
+    benchmark: Benchmark | None = None,
+) -> Launch:
+    """The launcher of the fastest of ``choices`` (the first ``settings.max_trials``) on
+    ``args``, or of the one an earlier run stored for the same ``problem`` (what names it
+    besides the candidates: the kernel's source, the device, the argument sizes) and the same
+    candidates. ``in_place[i]``: the kernel writes ``args[i]`` over values it must not lose,
+    so benchmarks run on a copy."""
+    choices = list(choices[: settings.max_trials])
+    by_name = {c.name: c for c in choices}
+    key = tuning_key(*problem, list(by_name))
+    stored = load_winner(key)
+    if stored in by_name:
+        launch = _build_all([by_name[stored]], args).get(stored)
+        if launch is not None:
+            counters["autotune"]["reused"] += 1
+            logs.artifact("autotune", "%s: stored winner %s", kernel, stored)
+            return launch
+    built = _build_all(choices, args)
+    copies = tuple(_copy(a) if copy else a for a, copy in zip(args, in_place, strict=True))
+    timings = _measure(kernel, built, copies, settings.time_budget_s, benchmark or _benchmark(args))
+    if not timings:
+        raise KilnError(
+            f"autotuning {kernel}: no candidate built and ran ({', '.join(by_name)}); "
+            "TORCHKILN_LOGS=autotune shows why each failed"
+        )
+    winner = min(timings, key=timings.__getitem__)
+    counters["autotune"]["tuned"] += 1
+    logs.artifact("autotune", "%s: winner %s (%.4f ms)", kernel, winner, timings[winner])
+    store_winner(key, winner, timings)
+    return built[winner]
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a tensor of the same strides: kernels index by them."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _build_all(choices: list[Choice], args: tuple[torch.Tensor, ...]) -> dict[str, Launch]:
+    """Build every choice on a pool of threads; those that raise or time out are skipped."""
+    pool = ThreadPoolExecutor(min(len(choices), BUILD_THREADS), thread_name_prefix="autotune")
+    futures = {c.name: pool.submit(c.build, args) for c in choices}
+    wait(futures.values(), timeout=BUILD_TIMEOUT_S)
+    pool.shutdown(wait=False, cancel_futures=True)  # a hung build keeps only its own thread
+    built = {}
+    for name, future in futures.items():
+        if not future.done():
+            _skip(name, f"build did not finish in {BUILD_TIMEOUT_S:.0f} s")
+        elif future.exception() is not None:
+            _skip(name, f"build failed: {future.exception()!r}")
+        else:
+            built[name] = future.result()
+    return built
+
+
+def _measure(
+    kernel: str,
+    built: dict[str, Launch],
+    args: tuple[torch.Tensor, ...],
+    budget_s: float,
+    benchmark: Benchmark,
+) -> dict[str, float]:
+    """Each candidate's time (ms) in order, until ``budget_s`` runs out (one at least)."""
+    timings: dict[str, float] = {}
+    start = time.monotonic()
+    with progress(kernel, len(built)) as bar:
+        for tried, (name, launch) in enumerate(built.items()):
+            if timings and time.monotonic() - start > budget_s:
+                left = len(built) - tried
+                logs.artifact("autotune", "%s: time budget spent, %d left unmeasured", kernel, left)
+                break
+            try:
+                timings[name] = benchmark(functools.partial(launch, *args))
+            except Exception as e:  # a launch that fails costs this candidate only
+                _skip(name, f"launch failed: {e!r}")
+                continue
+            finally:
+                bar.update()
+            counters["autotune"]["benchmarked"] += 1
+            logs.artifact("autotune", "%s %s: %.4f ms", kernel, name, timings[name])
+    return timings
+
+
+def _skip(name: str, why: str) -> None:
+    counters["autotune"]["failed"] += 1
+    logs.artifact("autotune", "skipped %s: %s", name, why)
+
+
+def _benchmark(args: tuple[torch.Tensor, ...]) -> Benchmark:
+    if args and args[0].is_cuda:
+        return functools.partial(gpu_median_ms, device=args[0].device)
+    return wall_median_ms
+
+
+def gpu_median_ms(fn: Callable[[], None], device: torch.device) -> float:
+    """``fn``'s median time on ``device``, by CUDA events (Triton's ``do_bench``, which
+    times the current GPU's stream)."""
+    from triton.testing import do_bench
+
+    with torch.cuda.device(device):
+        return do_bench(fn, warmup=GPU_WARMUP_MS, rep=GPU_REP_MS, return_mode="median")
+
+
+def wall_median_ms(fn: Callable[[], None]) -> float:
+    """``fn``'s median wall time over :data:`CPU_RUNS` runs, after one untimed."""
+    fn()
+    times = []
+    for _ in range(CPU_RUNS):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+@functools.cache
+def cpp_not_tuned() -> None:
+    """Said once per process: max_autotune has nothing to choose among for C++ kernels yet."""
+    logs.log.warning(
+        "max_autotune: C++ kernels are not tuned (no per-kernel choice measured faster on CPU "
+        "yet); they run as without it. Triton kernels are tuned."
+    )
