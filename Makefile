@@ -31,7 +31,7 @@ install: $(PY)
 install-test: $(PY)
 	$(PY) -m pip install --quiet $(TORCH_PIN)
 # torch pinned again in the same resolve: timm's torchvision would otherwise upgrade it.
-	$(PY) -m pip install --quiet $(TORCH_PIN) -e '.[test,onnxrt,openvino,models,triton]'
+	$(PY) -m pip install --quiet $(TORCH_PIN) -e '.[test,onnxrt,openvino,tvm,models,triton]'
 # PyPI's torchvision does not load beside the CPU torch ("torchvision::nms does not exist")
 # and breaks transformers' imports where it is installed: remove it where it can't import.
 	$(PY) -c 'import torchvision' 2>/dev/null || $(PY) -m pip uninstall --quiet -y torchvision

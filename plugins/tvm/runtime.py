@@ -1,0 +1,70 @@
+"""Runs a built Relax module in a ``relax.VirtualMachine``, on torch tensors' own memory.
+
+Inputs go in through DLPack without copies (a copy only for non-contiguous tensors);
+the VM allocates each call's outputs, which come back through DLPack as torch tensors
+sharing that memory. Outputs that may be an input's or a constant's memory (an input
+returned as it is, a reshaped weight) are copied, as are outputs eager lays out with
+other strides (a transpose): torch's callers get fresh tensors laid out as eager's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+import tvm
+from torchkiln.exc import KilnError
+from tvm import relax
+
+
+def tvm_device(device: torch.device) -> tvm.runtime.Device:
+    return tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu()
+
+
+class TVMGraph:
+    """``graph(*flat_tensors) -> list`` running one built Relax module's ``main``."""
+
+    def __init__(
+        self,
+        executable: relax.VMExecutable | tvm.runtime.Module,
+        device: torch.device,
+        values: Sequence[torch.Tensor],
+        copies: Collection[int],
+    ):
+        #: what the plan cache stores (``torchkiln_tvm.cache``)
+        self.executable = executable
+        self.device = device
+        #: the outputs' layouts, as meta tensors
+        self.values = [
+            torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") for v in values
+        ]
+        self.copies = frozenset(copies)
+        self.strided = {
+            k: tuple(v.stride())
+            for k, v in enumerate(values)
+            if not v.is_contiguous() and is_non_overlapping_and_dense_or_false(v)
+        }
+        self.main = relax.VirtualMachine(executable, tvm_device(device))["main"]
+
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        inputs = [tvm.runtime.from_dlpack(self._on_device(k, a)) for k, a in enumerate(args)]
+        outputs = [torch.from_dlpack(t) for t in self.main(*inputs)]
+        for k in self.copies:
+            outputs[k] = outputs[k].clone()
+        for k, stride in self.strided.items():
+            out = outputs[k]
+            fresh = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
+            outputs[k] = fresh.copy_(out)
+        return outputs
+
+    def _on_device(self, k: int, arg: torch.Tensor) -> torch.Tensor:
+        """Input ``k`` contiguous on the graph's device (a 0-dim CPU tensor is moved there)."""
+        if arg.device != self.device:
+            if arg.dim() != 0 or arg.device.type != "cpu":
+                raise KilnError(
+                    f"the tvm graph was built for {self.device}; input {k} is on {arg.device}"
+                )
+            arg = arg.to(self.device)
+        return arg.detach().contiguous()

@@ -1,0 +1,81 @@
+"""The tvm backend's record and options: declared, checked, each one doing what it says."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import torchkiln
+from tests.plugins.tvm.tvm_checks import assert_all_in_tvm, partition_log
+from torchkiln.exc import BackendCompilerFailed, BackendUnavailable, NotImplementedYet
+from torchkiln.registry import ensure_usable, lookup_backend
+
+
+def fn(x, w):
+    return torch.tanh(x @ w) + 1
+
+
+def test_tvm_is_listed_experimental_with_its_options():
+    assert "tvm" not in torchkiln.list_backends()
+    assert "tvm" in torchkiln.list_backends(experimental=True)
+    record = lookup_backend("tvm")
+    assert "experimental" in record.tags
+    assert set(record.option_schema()) == {
+        "target",
+        "opt_level",
+        "cache_dir",
+        "tuning_trials",
+        "tuning_time_budget_s",
+    }
+
+
+def test_a_missing_tvm_names_the_extra(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "tvm" else find_spec(name, *a)
+    )
+    with pytest.raises(BackendUnavailable, match=r"pip install 'torchkiln\[tvm\]'"):
+        ensure_usable(lookup_backend("tvm"))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"target": "llvm", "opt_level": 0}, {"target": '{"kind": "llvm", "mcpu": "x86-64"}'}],
+)
+def test_target_and_opt_level_build_what_they_name(options, caplog):
+    pytest.importorskip("tvm", reason="needs apache-tvm: pip install 'torchkiln[tvm]'")
+    compiled = torchkiln.compile(fn, backend="tvm", options=options)
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    with partition_log(caplog):
+        torch.testing.assert_close(compiled(x, w), fn(x, w))
+    assert_all_in_tvm(caplog.text)
+
+
+def test_an_unknown_target_is_refused():
+    pytest.importorskip("tvm", reason="needs apache-tvm: pip install 'torchkiln[tvm]'")
+    compiled = torchkiln.compile(fn, backend="tvm", options={"target": "metal"})
+    with pytest.raises(BackendCompilerFailed, match="InvalidOptionError: option 'target'"):
+        compiled(torch.randn(4, 8), torch.randn(8, 3))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_a_gpu_says_why():
+    pytest.importorskip("tvm", reason="needs apache-tvm: pip install 'torchkiln[tvm]'")
+    compiled = torchkiln.compile(fn, backend="tvm", options={"target": "cuda"})
+    with pytest.raises(BackendCompilerFailed, match="can't build for CUDA"):
+        compiled(torch.randn(4, 8), torch.randn(8, 3))
+
+
+@pytest.mark.parametrize(
+    "options", [{"tuning_trials": 8}, {"tuning_time_budget_s": 10}, {"cache_dir": "/tmp/x"}]
+)
+def test_tuning_options_are_refused_until_built(options):
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        torchkiln.compile(fn, backend="tvm", options=options)
+
+
+def test_max_autotune_is_refused_until_built():
+    with pytest.raises(NotImplementedYet, match="tuning_trials"):
+        torchkiln.compile(fn, backend="tvm", mode="max-autotune")
