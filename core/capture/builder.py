@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import math
 import operator
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -262,7 +263,7 @@ def _build_object(value: Any, source: str | None) -> V.VariableTracker:
         original = getattr(value, "_torchkiln_original", value)
         if original is not value:
             return _build_compiled(original, source)
-        if _is_torch(value):
+        if _is_torch(value) and _named_in_its_module(value):
             return V.TorchFunctionVariable(value, source)
         return V.UserFunctionVariable(value, source)
     if callable(value) and _is_builtin(value):
@@ -303,6 +304,14 @@ def _is_torch(value: Any) -> bool:
         return True
     owner = getattr(value, "__objclass__", None)
     return owner is not None and _is_torch(owner)
+
+
+def _named_in_its_module(fn: types.FunctionType) -> bool:
+    """Whether ``fn`` is its module's attribute of its name, the name a graph node calls it
+    by (FX's code names ``module.__name__``). A lambda or a nested function of torch's, such
+    as an OpInfo's ``op``, is traced through instead."""
+    module = sys.modules.get(fn.__module__)
+    return getattr(module, fn.__name__, None) is fn
 
 
 def _is_builtin(value: Any) -> bool:

@@ -9,18 +9,13 @@ import pytest
 from torchkiln.registry import backend_status, lookup_backend
 from torchkiln.testing import kit_params
 
-#: Capture puts OpInfo's ``where`` (a lambda taking ``**kwargs``) into the graph as a call of
-#: ``common_methods_invocations.op``, a name that does not exist there.
-CAPTURE_LAMBDA_KWARGS = "capture: a lambda with **kwargs becomes a graph node of a wrong name"
-
 KNOWN_FAILURES = {
-    "eager": {"ops/where": CAPTURE_LAMBDA_KWARGS},
-    "aot_eager": {"ops/where": CAPTURE_LAMBDA_KWARGS},
-    "inductor": {"ops/where": CAPTURE_LAMBDA_KWARGS},
-    "onnxrt": {"ops/where": CAPTURE_LAMBDA_KWARGS},
-    "openvino": {"ops/where": CAPTURE_LAMBDA_KWARGS},
+    "eager": {},
+    "aot_eager": {},
+    "inductor": {},
+    "onnxrt": {},
+    "openvino": {},
     "tvm": {
-        "ops/where": CAPTURE_LAMBDA_KWARGS,
         "modes/max-autotune": "tvm declares the mode, but its MetaSchedule tuning options "
         "are not built (NotImplementedYet): TuneContext crashes in apache-tvm 0.27.0.post1",
     },

@@ -10,7 +10,7 @@ import functools
 import torch
 
 import torchkiln
-from kiln_testing import ScaleRegistry, check_compiled
+from kiln_testing import RecordingBackend, ScaleRegistry, check_compiled
 
 SCALE = 3.0
 
@@ -443,3 +443,22 @@ def test_get_on_a_dict_subclass_calls_the_bound_method(backend):
         return x * len(ALIASES.get("relu"))
 
     check_compiled(fn, lambda: (torch.randn(3),), backend=backend, graphs=1)
+
+
+def test_a_lambda_defined_in_a_torch_module_is_traced_through():
+    """OpInfo's ``where`` is a lambda of ``torch.testing._internal``: as a graph node it
+    would be called by a name its module does not have (``common_methods_invocations.op``)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    where = next(o for o in op_db if o.name == "where").op
+    backend = RecordingBackend()
+    check_compiled(
+        lambda x, c, y: where(x, c, y) * 2,
+        lambda: (torch.randn(4, 5), torch.rand(4, 5) > 0.5, torch.randn(4, 5)),
+        backend=backend,
+        graphs=1,
+        fullgraph=True,
+    )
+    (gm,) = backend.graphs
+    assert torch.where in {n.target for n in gm.graph.nodes}
+    gm.recompile()  # the generated code names every target it calls
