@@ -27,7 +27,6 @@ from torchkiln.plugin import source_fingerprint
 from .compile_fx import CompiledGraph, GraphArtifact, compile_fx
 from .cpp_build import toolchain_id
 from .device import device_caps
-from .joint_passes import partition
 from .lowering import LOWERINGS
 from .options import InductorOptions, parse_options
 
@@ -115,6 +114,5 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) ->
         bw_compiler=compiler,
         inference_compiler=compiler,
         decompositions=decompositions(),
-        partition_fn=partition,
         cache=plan_codec(opts),
     )(gm, example_inputs)
