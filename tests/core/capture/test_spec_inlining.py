@@ -446,11 +446,13 @@ def test_get_on_a_dict_subclass_calls_the_bound_method(backend):
 
 
 def test_a_lambda_defined_in_a_torch_module_is_traced_through():
-    """OpInfo's ``where`` is a lambda of ``torch.testing._internal``: as a graph node it
-    would be called by a name its module does not have (``common_methods_invocations.op``)."""
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    where = next(o for o in op_db if o.name == "where").op
+    """Like OpInfo's ``where``, a lambda of ``torch.testing._internal`` (not imported here: it
+    patches torch on import): as a graph node it would be called by a name its module does
+    not have (``common_methods_invocations.op``)."""
+    where = eval(  # a lambda whose module is torch's
+        "lambda self, condition, other, **kwargs: torch.where(condition, self, other, **kwargs)",
+        {"torch": torch, "__name__": "torch.testing._internal.common_methods_invocations"},
+    )
     backend = RecordingBackend()
     check_compiled(
         lambda x, c, y: where(x, c, y) * 2,
