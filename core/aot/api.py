@@ -38,6 +38,8 @@ from torchkiln.static_shapes import has_symbolic_inputs
 
 Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]
 
+Tensor = torch.Tensor  # read per argument per call: a global, not ``torch.Tensor``
+
 
 def _log_graph(title: str, gm: fx.GraphModule) -> None:
     if logs.enabled("aot_graphs"):
@@ -48,12 +50,16 @@ def _plan_key(args: Sequence, grad_enabled: bool) -> tuple[tuple[bool, ...] | No
     """Which plan a call needs: its requires_grad pattern (None: inference) and
     its non-tensor arguments, which tracing bakes into the graph.
 
-    Computed on every call, so list comprehensions (no generator frames), and the
-    pattern only under grad mode.
+    Computed on every call: a plain loop for the common all-tensor case (a comprehension
+    is a function object and a frame of its own), and the pattern only under grad mode.
     """
-    constants = tuple([a for a in args if not isinstance(a, torch.Tensor)])
+    constants = ()
+    for a in args:
+        if not isinstance(a, Tensor):
+            constants = tuple([a for a in args if not isinstance(a, Tensor)])
+            break
     if grad_enabled:
-        pattern = tuple([isinstance(a, torch.Tensor) and a.requires_grad for a in args])
+        pattern = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
         if True in pattern:
             return pattern, constants
     return None, constants
@@ -167,6 +173,8 @@ class _AOTCompiled:
     def _run(self, plan: Any, finish: Any, args: Sequence, grad_enabled: bool) -> Any:
         if isinstance(plan, TrainingPlan):
             return finish(args, run_training(plan, args))
+        if not grad_enabled:  # no mode to switch
+            return finish(args, plan(*args))
         # ``torch.no_grad()`` as two C calls: a context manager object per call costs more
         # than the graph of a small op
         torch._C._set_grad_enabled(False)

@@ -16,6 +16,7 @@ rebuilt literally. The transformed function then is::
 
 from __future__ import annotations
 
+import collections
 import math
 from typing import Any
 
@@ -23,7 +24,7 @@ import torch
 
 from torchkiln.capture import runtime
 from torchkiln.capture import variables as V
-from torchkiln.capture.guards import GuardSet
+from torchkiln.capture.guards import GuardSet, access_prefixes, hoist
 from torchkiln.capture.output_graph import OutputGraph
 from torchkiln.exc import Unsupported
 
@@ -168,8 +169,22 @@ class FrameCodegen:
         """The whole transformed function; ``graph_args`` None: no graph to call; ``tail`` ends it."""
         lines = [f"def ___transformed({params}):"]
         if graph_args is not None:
-            lines.append(f"    ___o = ___graph({', '.join(graph_args)})")
+            lines.append(f"    ___o = ___graph({', '.join(read_once(graph_args))})")
         lines += [f"    {s}" for s in self.assignments]
         lines += [f"    {s}" for s in self.statements]
         lines += [f"    {s}" for s in tail]
         return "\n".join(lines) + "\n"
+
+
+def read_once(sources: list[str]) -> list[str]:
+    """``sources`` with each ``.attr`` / ``[key]`` chain that two or more of them share read
+    once, into a name: a model's parameters share long module paths, and each attribute load
+    on a module is slow (``nn.Module.__getattr__`` keeps CPython from specializing it).
+    Only plain chains take part: arguments run left to right, so the first to read a chain
+    names it, and nothing in a plain chain runs conditionally."""
+    chains = [access_prefixes(source) for source in sources]
+    plain = [bool(chain) and chain[-1] == source for chain, source in zip(chains, sources)]
+    counts = collections.Counter(p for chain, ok in zip(chains, plain) if ok for p in chain)
+    shared = {prefix for prefix, n in counts.items() if n > 1}
+    names: dict[str, str] = {}
+    return [hoist(s, shared, names) if ok else s for s, ok in zip(sources, plain)]

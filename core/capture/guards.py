@@ -25,7 +25,7 @@ import math
 import re
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,7 +217,8 @@ class GuardSet:
             self._symbolic_sizes(source, fake)
             return
         size = tuple(t.shape)
-        self.add(f"{source}.size() == {size!r}", COST_TENSOR, f"{source}.size() == {size}")
+        # ``.shape``: the same ``torch.Size`` as ``.size()``, read without a method call
+        self.add(f"{source}.shape == {size!r}", COST_TENSOR, f"{source}.size() == {size}")
         if config.guard_strides:
             stride = tuple(t.stride())
             self.add(
@@ -309,34 +310,7 @@ class GuardSet:
         guards x sources (a ResNet has thousands of both).
         """
         names: dict[str, str] = {}
-        return [self._hoist(guard.expr, names) for guard in self.ordered()]
-
-    def _hoist(self, expr: str, names: dict[str, str]) -> str:
-        """``expr`` with every source reached through ``.attr`` / ``[key]`` named on first read."""
-        out, pos = [], 0
-        for token in _ROOT_OR_STRING.finditer(expr):
-            if token.start() < pos or token.group(1) is None:
-                continue  # inside a source already rewritten, or a string literal
-            root, end, prefix_ends = token.start(), token.end(), []
-            while access := _ACCESS.match(expr, end):
-                end = access.end()
-                if expr[root:end] in self._sources:
-                    prefix_ends.append(end)
-            if not prefix_ends:
-                continue
-            text, done = "", root
-            for stop in prefix_ends:  # parents first: ((___h0 := L_self.a).b)
-                source = expr[root:stop]
-                if source in names:
-                    text = names[source]
-                else:
-                    name = names[source] = f"___h{len(names)}"
-                    text = f"({name} := {text}{expr[done:stop]})"
-                done = stop
-            out += [expr[pos:root], text]
-            pos = prefix_ends[-1]
-        out.append(expr[pos:])
-        return "".join(out)
+        return [hoist(guard.expr, self._sources, names) for guard in self.ordered()]
 
     def source(self, params: str) -> str:
         """The text of the guard and first-failure functions (``TORCHKILN_LOGS=guards``)."""
@@ -376,6 +350,48 @@ class GuardSet:
             return ns["___first_failure"](*args)
 
         return ns["___guard"], first_failure, f"{guard_text}\n{failure_text}"
+
+
+def hoist(expr: str, named: Container[str], names: dict[str, str]) -> str:
+    """``expr`` with every source in ``named`` reached through ``.attr`` / ``[key]`` read into a
+    name on first read (``names``: source -> name, shared by the expressions of one function)."""
+    out, pos = [], 0
+    for token in _ROOT_OR_STRING.finditer(expr):
+        if token.start() < pos or token.group(1) is None:
+            continue  # inside a source already rewritten, or a string literal
+        root, end, prefix_ends = token.start(), token.end(), []
+        while access := _ACCESS.match(expr, end):
+            end = access.end()
+            if expr[root:end] in named:
+                prefix_ends.append(end)
+        if not prefix_ends:
+            continue
+        text, done = "", root
+        for stop in prefix_ends:  # parents first: ((___h0 := L_self.a).b)
+            source = expr[root:stop]
+            if source in names:
+                text = names[source]
+            else:
+                name = names[source] = f"___h{len(names)}"
+                text = f"({name} := {text}{expr[done:stop]})"
+            done = stop
+        out += [expr[pos:root], text]
+        pos = prefix_ends[-1]
+    out.append(expr[pos:])
+    return "".join(out)
+
+
+def access_prefixes(source: str) -> list[str]:
+    """The ``.attr`` / ``[key]`` chains ``source`` starts with, shortest first, its root
+    name excluded: ``a.b[0].c`` -> ``a.b``, ``a.b[0]``, ``a.b[0].c``."""
+    root = _ROOT_OR_STRING.match(source)
+    if root is None or root.group(1) is None:
+        return []
+    prefixes, end = [], root.end()
+    while access := _ACCESS.match(source, end):
+        end = access.end()
+        prefixes.append(source[:end])
+    return prefixes
 
 
 def _lives_on(value: Any) -> bool:
