@@ -22,9 +22,10 @@ from torch.utils import _pytree as pytree
 from torchkiln import logs
 
 from . import trace
-from .autotune.tuner import TuningSettings, cpp_not_tuned
+from .autotune.tuner import TuningSettings, cpp_gemm_not_templated, cpp_not_tuned
 from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
 from .codegen.triton import TritonModule, generate_triton
+from .codegen.triton_templates import add_gemm_templates
 from .codegen.wrapper import WrapperCodegen
 from .cpp_build import load_library
 from .device import DeviceCaps, device_caps
@@ -34,6 +35,7 @@ from .kernel_plan import KernelPlan, plan_kernel
 from .options import InductorOptions
 from .passes import run_passes
 from .scheduler import FusedKernel, Schedule, Scheduler
+from .templates import plan_templates
 
 
 @dataclass
@@ -172,18 +174,19 @@ def generate(
         tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule, caps, plans))
     timings["schedule"] = time.perf_counter() - t0 - timings["lower"]
     if caps.name == "triton":
-        tuning = (
-            TuningSettings(options.autotune_max_trials, options.autotune_time_budget_s)
-            if options.max_autotune
-            else None
-        )
-        module, launches = generate_triton(plans, graph, tuning)
+        tuning = TuningSettings(options.autotune_max_trials, options.autotune_time_budget_s)
+        module, launches = generate_triton(plans, graph, tuning if options.max_autotune else None)
+        if options.max_autotune or options.max_autotune_gemm:
+            templates = plan_templates(schedule, plans, output_names)
+            module, launches = add_gemm_templates(module, launches, templates, graph, tuning)
         kernels: list[GeneratedKernel] = []
         wrapper = WrapperCodegen(graph, schedule, plans, launches, single)
         cpp_source = ""
     else:
         if options.max_autotune:
             cpp_not_tuned()
+        if options.max_autotune or options.max_autotune_gemm:
+            cpp_gemm_not_templated()
         module = None
         by_step = generate_kernels(
             plans, graph, options.simdlen, options.threads, options.parallel_threshold

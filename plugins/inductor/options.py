@@ -97,7 +97,19 @@ _FIELDS: tuple[tuple[str, Option], ...] = (
             False,
             "benchmark block sizes, warps and stages of each Triton kernel on the real inputs at "
             "its first call and keep the fastest (stored on disk: a second process tunes "
-            "nothing); C++ kernels are not tuned yet (said once)",
+            "nothing), and turn on max_autotune_gemm; C++ kernels are not tuned yet (said once)",
+            bool,
+        ),
+    ),
+    (
+        "max_autotune_gemm",
+        Option(
+            "max_autotune_gemm",
+            False,
+            "each matmul (mm, addmm, bmm) on the Triton target measures, at its first call, "
+            "the aten call plus its pointwise epilogue as a kernel of its own against Triton "
+            "matmul templates with the epilogue fused into their store, and keeps the fastest "
+            "(stored on disk); max_autotune turns it on too",
             bool,
         ),
     ),
@@ -162,14 +174,6 @@ OPTIONS: tuple[Option, ...] = (
         "the compiled graphs); CPU graphs run without them and say so once, as in torch.compile",
         bool,
         runtime_wrapper="cudagraphs",
-    ),
-    Option(
-        "max_autotune_gemm",
-        False,
-        "measured choice between Triton matmul templates (with fused epilogues) and the aten "
-        "call for each matmul: not built yet (the Triton templates are to come)",
-        bool,
-        implemented=False,
     ),
     Option("shape_padding", False, "pad matmul shapes to fast multiples", bool, implemented=False),
     Option(

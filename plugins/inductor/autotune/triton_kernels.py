@@ -32,11 +32,7 @@ class TunedKernel:
     def __call__(self, *tensors: torch.Tensor) -> None:
         launch = self._launch
         choices = [self._choice(config) for config in candidates(launch)]
-        problem = (
-            launch.name,  # the hash of the kernel's source
-            device_fingerprint(tensors[0].device),
-            [(tuple(t.shape), t.stride(), t.dtype) for t in tensors],
-        )
+        problem = tuning_problem(launch.name, tensors)
         winner = tune(launch.name, problem, choices, tensors, launch.in_place, self._settings)
         self._namespace[launch.name] = winner
         winner(*tensors)
@@ -47,14 +43,25 @@ class TunedKernel:
             launcher = launcher_for(
                 self._fn, grid, dict(config.meta), config.num_warps, config.num_stages
             )
-            # a worker thread's current GPU is the first: Triton compiles and loads for the
-            # current one
-            device = tensors[0].device
-            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                launcher.compile_for(tensors)
-            return launcher
+            return compiled(launcher, tensors)
 
         return Choice(config.name, build)
+
+
+def compiled(launcher, tensors: tuple[torch.Tensor, ...]):
+    """``launcher``, compiled and loaded for ``tensors`` on their GPU (a worker thread's
+    current GPU is the first: Triton compiles and loads for the current one)."""
+    device = tensors[0].device
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        launcher.compile_for(tensors)
+    return launcher
+
+
+def tuning_problem(name: str, tensors: tuple[torch.Tensor, ...]) -> tuple:
+    """What a winner is valid for besides its candidates: the kernel (``name``, the hash of
+    its source), the device, and the arguments' sizes, strides and dtypes."""
+    shapes = [(tuple(t.shape), t.stride(), t.dtype) for t in tensors]
+    return (name, device_fingerprint(tensors[0].device), shapes)
 
 
 def tuned_launchers(

@@ -43,7 +43,7 @@ BUILD_TIMEOUT_S = 120.0
 #: most builds at the same time
 BUILD_THREADS = 16
 #: ``do_bench`` warm-up and measurement, in milliseconds of running the kernel
-GPU_WARMUP_MS, GPU_REP_MS = 10, 40
+GPU_WARMUP_MS, GPU_REP_MS = 3, 15
 #: timed runs of a candidate off the GPU (after one untimed)
 CPU_RUNS = 3
 
@@ -194,4 +194,13 @@ def cpp_not_tuned() -> None:
     logs.log.warning(
         "max_autotune: C++ kernels are not tuned (no per-kernel choice measured faster on CPU "
         "yet); they run as without it. Triton kernels are tuned."
+    )
+
+
+@functools.cache
+def cpp_gemm_not_templated() -> None:
+    """Said once per process: the matmul templates are Triton kernels."""
+    logs.log.warning(
+        "max_autotune_gemm: matmuls of CPU graphs keep their oneDNN/BLAS calls (the matmul "
+        "templates are Triton kernels, for CUDA tensors)"
     )

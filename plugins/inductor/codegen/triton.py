@@ -34,7 +34,7 @@ import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,6 +46,9 @@ from ..kernel_plan import KernelPlan, Segment
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode
 from .triton_launch import compile_at_once, launcher_for, use_triton_cache
+
+if TYPE_CHECKING:
+    from .triton_templates import GemmLaunch
 
 #: elements of one ``[XBLOCK, RBLOCK]`` tile
 TILE_ELEMENTS = 4096
@@ -202,9 +205,10 @@ class _Tile:
     rblock: str  # the RBLOCK constexpr name ("1" without one)
     # expressions defined in the segment's region, by text -> value (CSE)
     cse: dict[str, TritonValue] = field(default_factory=dict)
+    xblock: str = "XBLOCK"  # the x axis's block (a matmul template's rows: BLOCK_M)
 
     def shape(self, dims: frozenset[str]) -> str:
-        return f"[{'XBLOCK' if 'x' in dims else 1}, {self.rblock if 'r' in dims else 1}]"
+        return f"[{self.xblock if 'x' in dims else 1}, {self.rblock if 'r' in dims else 1}]"
 
     def mask(self, dims: frozenset[str]) -> str | None:
         parts = (["xmask"] if "x" in dims else []) + ([f"{self.rindex}mask"] if "r" in dims else [])
@@ -636,12 +640,24 @@ class TritonKernel:
         outer_vars = unflatten(Expr.of(Var("xindex", xnumel)), self.plan.kernel.outer)
         for k, seg in enumerate(self.plan.segments):
             self._segment(k, seg, outer_vars)
+        head, buffers = self.header(self.meta)
+        grid = (-(-xnumel // xblock),)
+        return "\n".join(head + self.lines), buffers, self.meta, grid
+
+    def header(self, constexprs) -> tuple[list[str], list[str]]:
+        """The ``@triton.jit`` lines (buffers read, then written, by name; then the
+        ``constexprs``) and the buffers in argument order."""
         ordered = sorted(self.params.items(), key=lambda kv: (kv[1][1], kv[0]))
         names = [pname for _, (pname, _) in ordered]
-        consts = [f"{name}: tl.constexpr" for name in self.meta]
+        consts = [f"{name}: tl.constexpr" for name in constexprs]
         head = ["@triton.jit", f"def KERNEL_NAME({', '.join(names + consts)}):"]
-        grid = (-(-xnumel // xblock),)
-        return "\n".join(head + self.lines), [name for name, _ in ordered], self.meta, grid
+        return head, [name for name, _ in ordered]
+
+    def emit_pointwise(self, handler: TritonOpsHandler, outer_vars: list[Expr]) -> None:
+        """Emit the plan's nodes, pointwise over its outer loops only, at ``outer_vars`` in
+        ``handler``'s tile: a matmul template's fused epilogue (``triton_templates.py``)."""
+        for seg in self.plan.segments:
+            self._nodes(seg, handler, outer_vars, [])
 
     def _max_numel(self) -> int:
         names = {n for node in self.plan.kernel.nodes for n in node.read_names()}
@@ -941,6 +957,9 @@ class TritonModule:
     source: str
     launches: tuple[KernelLaunch, ...]
     autotune: TuningSettings | None = None  # max_autotune: tune each kernel at its first call
+    # matmul templates (``triton_templates.py``), each tuned against aten at its first call
+    templates: tuple[GemmLaunch, ...] = ()
+    template_tuning: TuningSettings | None = None
 
     def load(self, namespace: dict[str, Any]) -> None:
         """Import the source (Triton reads a kernel's source from its file, written to a folder
@@ -960,6 +979,10 @@ class TritonModule:
         root = private_cache_dir()  # Triton's cache holds libraries it loads: only a trusted one
         if root is not None:
             use_triton_cache(root)
+        if self.templates:
+            from ..autotune.gemm import tuned_gemms
+
+            namespace.update(tuned_gemms(module, self.templates, self.template_tuning, namespace))
         if self.autotune is not None:
             from ..autotune.triton_kernels import tuned_launchers
 

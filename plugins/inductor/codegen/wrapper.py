@@ -26,6 +26,7 @@ from ..ir import (
 )
 from ..kernel_plan import KernelPlan
 from ..scheduler import ExternStep, FusedKernel, Schedule
+from ..templates import TemplateStep
 from .cpp import GeneratedKernel
 from .triton import KernelLaunch
 
@@ -62,11 +63,14 @@ class WrapperCodegen:
         self.namespace: dict[str, Any] = {
             "_empty": torch.empty_strided,
             "_view": _view,
+            "_as_strided": torch.as_strided,
             "_fix_layout": _fix_layout,
             "_restride": _restride,
         }
         self.lines: list[str] = []
         self._consts = 0
+        #: Names of the extern ``OpOverload``s the source calls (``generate`` binds their C ops).
+        self._overloads: set[str] = set()
 
     def const(self, value: Any) -> str:
         if value is None or isinstance(value, (bool, int, str)):
@@ -85,7 +89,9 @@ class WrapperCodegen:
     def view_expr(self, view: StorageView) -> str:
         if view.is_whole_buffer():
             return view.buffer.name
-        return f"_view({view.buffer.name}, {view.size}, {view.stride}, {view.offset})"
+        name = view.buffer.name  # ``_view`` inline: one call less per view per call
+        offset = f"{name}.storage_offset()" + (f" + {view.offset}" if view.offset else "")
+        return f"_as_strided({name}, {view.size}, {view.stride}, {offset})"
 
     def arg_expr(self, arg: ExternArg) -> str:
         if arg.kind == "tensor":
@@ -105,6 +111,8 @@ class WrapperCodegen:
             for n in step.nodes:
                 names |= n.read_names()
             return names
+        if isinstance(step, TemplateStep):
+            return step.read_names()
         return {v.buffer.name for v in step.kernel.tensor_args()}
 
     def _last_reads(self) -> dict[str, int]:
@@ -138,9 +146,10 @@ class WrapperCodegen:
             all_args = ", ".join(f"arg{i}" for i in range(n_args))
             body.append(f"{all_args}, = args" if n_args == 1 else f"{all_args} = args")
             body.append("args.clear()  # each input is freed after its last use")
-        for b in g.inputs:
+        for b in g.inputs:  # ``_fix_layout`` inline: a call per input per call costs more
             if b.layout.storage_numel() > 1:
-                body.append(f"arg{b.position} = _fix_layout(arg{b.position}, {b.layout.stride})")
+                arg, stride = f"arg{b.position}", b.layout.stride
+                body.append(f"if {arg}.stride() != {stride}: {arg} = _restride({arg}, {stride})")
         for c in g.constants:
             self.namespace[c.name] = c.value
         if g.seed_buffer is not None:
@@ -169,6 +178,8 @@ class WrapperCodegen:
         for i, step in enumerate(self.schedule.steps):
             if isinstance(step, FusedKernel):
                 body += self._kernel_call(step, pool, owned)
+            elif isinstance(step, TemplateStep):
+                body += self._template_call(step, pool, owned)
             else:
                 body += self._extern_call(step)
                 bound.add(step.kernel.name)
@@ -189,37 +200,43 @@ class WrapperCodegen:
             body.insert(dead_at[name], f"del {name}")
         body.append(f"return {self._outputs()}")
         out += ["    " + line for line in body]
+        # run once, when the source is bound: ``OpOverload.__call__`` only forwards to its C op
+        out += [f"{fn} = {fn}._op" for fn in sorted(self._overloads)]
         return "\n".join(out) + "\n"
 
     @staticmethod
     def _pool_key(buf: Buffer) -> tuple:
         return (buf.layout.dtype, buf.layout.storage_numel())
 
+    def _allocate(self, buf: Buffer, pool, owned: set[str]) -> str:
+        """The line giving ``buf`` storage: a dead buffer of its size, or a new one."""
+        owned.add(buf.name)
+        lay = buf.layout
+        free = pool.get(self._pool_key(buf))
+        if free:
+            old = free.pop()
+            old_lay = self._buf(old).layout
+            if (old_lay.size, old_lay.stride) == (lay.size, lay.stride):
+                return f"{buf.name} = {old}  # reuses {old}"  # no as_strided call
+            return f"{buf.name} = _view({old}, {lay.size}, {lay.stride}, 0)  # reuses {old}"
+        device = "" if lay.device.type == "cpu" else f", device={self.const(lay.device)}"
+        return f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype}{device})"
+
+    def _template_call(self, step: TemplateStep, pool, owned: set[str]) -> list[str]:
+        """A matmul template (tuned against the aten call at its first call) writing the
+        product where others read it and its epilogue's buffers."""
+        lines = [self._allocate(buf, pool, owned) for buf in step.stored()]
+        launch = self.kernels[step.name]
+        return [*lines, f"{launch.name}({', '.join(launch.params)})"]
+
     def _kernel_call(self, step: FusedKernel, pool, owned: set[str]) -> list[str]:
         plan = self.plans[step.name]
         kernel = self.kernels[step.name]
-        lines = []
-        for node in step.nodes:
-            if node.name not in plan.stored:
-                continue
-            buf = node.buffer
-            lay = buf.layout
-            free = pool.get(self._pool_key(buf))
-            if free:
-                old = free.pop()
-                old_lay = self._buf(old).layout
-                if (old_lay.size, old_lay.stride) == (lay.size, lay.stride):
-                    lines.append(f"{buf.name} = {old}  # reuses {old}")  # no as_strided call
-                else:
-                    lines.append(
-                        f"{buf.name} = _view({old}, {lay.size}, {lay.stride}, 0)  # reuses {old}"
-                    )
-            else:
-                device = "" if lay.device.type == "cpu" else f", device={self.const(lay.device)}"
-                lines.append(
-                    f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype}{device})"
-                )
-            owned.add(buf.name)
+        lines = [
+            self._allocate(node.buffer, pool, owned)
+            for node in step.nodes
+            if node.name in plan.stored
+        ]
         if isinstance(kernel, KernelLaunch):  # a Triton launcher takes the tensors
             args = ", ".join(kernel.params)
         else:
@@ -234,6 +251,8 @@ class WrapperCodegen:
         ext: ExternKernel = step.kernel
         fn = "".join(c if c.isalnum() else "_" for c in str(ext.op))
         self.namespace[fn] = ext.op
+        if isinstance(ext.op, torch._ops.OpOverload):
+            self._overloads.add(fn)
         args = [self.arg_expr(a) for a in ext.args]
         args += [f"{k}={self.arg_expr(v)}" for k, v in ext.kwargs.items()]
         call = f"{fn}({', '.join(args)})"
@@ -260,7 +279,7 @@ class WrapperCodegen:
         names: set[str] = set()
         views = [v for v in self.graph.outputs if isinstance(v, StorageView)]
         for step in self.schedule.steps:
-            if isinstance(step, FusedKernel):
+            if isinstance(step, (FusedKernel, TemplateStep)):  # their sources hold the strides
                 names |= self._reads_of(step)
             else:
                 views += step.kernel.tensor_args()

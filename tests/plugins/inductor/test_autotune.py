@@ -21,7 +21,6 @@ from inductor_testing import check
 
 import torchkiln
 from torchkiln import logs
-from torchkiln.exc import NotImplementedYet
 from torchkiln_inductor.autotune import configs, progress
 from torchkiln_inductor.autotune.tuner import Choice, TuningSettings, tune
 from torchkiln_inductor.options import MODE_OPTIONS, parse_options
@@ -241,11 +240,9 @@ def test_max_autotune_modes_compile_and_run(mode):
     torch.testing.assert_close(fn(x), torch.softmax(x, -1) * 2)
 
 
-def test_autotune_options_parse_and_gemm_is_not_built_yet():
+def test_autotune_options_parse():
     opts = parse_options({"max_autotune": True, "autotune.max_trials": 5})
     assert opts.max_autotune and opts.autotune_max_trials == 5
-    with pytest.raises(NotImplementedYet, match="max_autotune_gemm"):
-        parse_options({"max_autotune_gemm": True})
 
 
 SCRIPT = textwrap.dedent(

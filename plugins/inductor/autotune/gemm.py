@@ -1,0 +1,202 @@
+"""Measured choice for each matmul: the aten call (then its epilogue as a kernel of its own),
+or the Triton template (``codegen/triton_templates.py``) in one of its block configs, with
+the epilogue fused into its store.
+
+:func:`tuned_gemms` gives the wrapper one :class:`TunedGemm` per template in place of its
+launcher. Its first call builds the candidates (:func:`gemm_choices`: the aten call first, so
+that ``autotune.max_trials`` always measures it, then :func:`configs_for`), keeps the fastest
+(``tuner.tune``, or the winner an earlier process stored) and puts it in the wrapper's
+namespace under the template's name: later calls go straight to it. The aten choice runs
+the epilogue kernel in the generator's own config (``max_autotune`` tunes that kernel where it
+runs alone, not inside this choice).
+
+Block configs are the well-known good tiles on Ampere and Hopper (Triton's matmul tutorial,
+torch inductor's mm configs): large tiles with 3-4 pipeline stages for 2-byte dtypes,
+``BLOCK_K`` 32 for float32 (twice the shared memory per element), then smaller tiles for small
+or skinny products. Each is clamped to the problem (no block above the next power of two of
+its dimension, none below 16, ``tl.dot``'s least; a warp per 256 outputs of the tile at most)
+and duplicates dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..codegen.triton import _pow2
+from ..codegen.triton_launch import launcher_for
+from ..codegen.triton_templates import TEMPLATE_META, GemmLaunch, LibraryCall
+from .triton_kernels import compiled, tuning_problem
+from .tuner import Choice, TuningSettings, tune
+
+#: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), best first, for float16 and bfloat16
+HALF_CONFIGS = (
+    (128, 256, 64, 3, 8),
+    (256, 128, 64, 3, 8),
+    (128, 128, 64, 4, 8),
+    (128, 128, 64, 3, 4),
+    (64, 256, 32, 4, 4),
+    (128, 128, 32, 4, 4),
+    (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+    (128, 32, 32, 4, 4),
+    (64, 32, 32, 5, 2),
+    (32, 64, 32, 5, 2),
+)
+#: the same for float32
+FLOAT32_CONFIGS = (
+    (128, 128, 32, 3, 8),
+    (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4),
+    (64, 64, 32, 4, 4),
+    (128, 32, 32, 4, 4),
+    (64, 32, 32, 5, 2),
+    (32, 64, 32, 5, 2),
+    (32, 32, 32, 4, 2),
+    (64, 64, 16, 2, 4),
+)
+#: rows of tiles per group of programs (neighbours share operand tiles in L2)
+GROUP_M = 8
+#: ``tl.dot``'s smallest block
+MIN_BLOCK = 16
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Block sizes, warps and pipelining depth of one template launch."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_stages: int
+    num_warps: int
+    group_m: int = GROUP_M
+
+    @property
+    def name(self) -> str:
+        return (
+            f"BLOCK_M={self.block_m},BLOCK_N={self.block_n},BLOCK_K={self.block_k},"
+            f"GROUP_M={self.group_m},warps={self.num_warps},stages={self.num_stages}"
+        )
+
+    def meta(self, k: int, tf32: bool) -> dict[str, int]:
+        """The template's constexprs, in its parameters' order."""
+        even_k = int(k % self.block_k == 0)
+        values = (self.block_m, self.block_n, self.block_k, self.group_m, even_k, int(tf32))
+        return dict(zip(TEMPLATE_META, values, strict=True))
+
+    def grid(self, launch: GemmLaunch) -> tuple[int, int]:
+        tiles = -(-launch.m // self.block_m) * -(-launch.n // self.block_n)
+        return (tiles, launch.batch)
+
+
+def configs_for(launch: GemmLaunch) -> list[GemmConfig]:
+    """The block configs for ``launch``'s sizes and dtype, clamped, best first."""
+    table = FLOAT32_CONFIGS if launch.dtype == torch.float32 else HALF_CONFIGS
+    out: dict[str, GemmConfig] = {}
+    for block_m, block_n, block_k, stages, warps in table:
+        block_m, block_n, block_k = (
+            min(block, max(MIN_BLOCK, _pow2(size)))
+            for block, size in ((block_m, launch.m), (block_n, launch.n), (block_k, launch.k))
+        )
+        warps = max(1, min(warps, block_m * block_n // 256))
+        config = GemmConfig(block_m, block_n, block_k, stages, warps)
+        out.setdefault(config.name, config)
+    return list(out.values())
+
+
+class TunedGemm:
+    """A template's launcher until its first call, which tunes it (see the module docstring)."""
+
+    def __init__(self, template_fn, epilogue_fn, launch: GemmLaunch, settings, namespace: dict):
+        self._template_fn = template_fn
+        self._epilogue_fn = epilogue_fn
+        self._launch = launch
+        self._settings = settings
+        self._namespace = namespace
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        launch = self._launch
+        tf32 = tensors[0].is_cuda and torch.backends.cuda.matmul.allow_tf32
+        choices = gemm_choices(self._template_fn, self._epilogue_fn, launch, tf32)
+        problem = (*tuning_problem(launch.name, tensors), f"tf32={tf32}")
+        in_place = [False] * len(tensors)  # a template only reads its inputs
+        winner = tune(launch.name, problem, choices, tensors, in_place, self._settings)
+        self._namespace[launch.name] = winner
+        winner(*tensors)
+
+
+def gemm_choices(template_fn, epilogue_fn, launch: GemmLaunch, tf32: bool) -> list[Choice]:
+    """The aten call, then the template in each of :func:`configs_for` (float32 operands in
+    TF32 where ``tf32``, as eager's call at the time of tuning)."""
+    configs = configs_for(launch)
+    templates = [_template_choice(template_fn, launch, c, tf32) for c in configs]
+    return [_library_choice(epilogue_fn, launch), *templates]
+
+
+def _template_choice(fn, launch: GemmLaunch, config: GemmConfig, tf32: bool) -> Choice:
+    def build(tensors: tuple[torch.Tensor, ...]):
+        meta = config.meta(launch.k, tf32)
+        launcher = launcher_for(fn, config.grid(launch), meta, config.num_warps, config.num_stages)
+        return compiled(launcher, tensors)
+
+    return Choice(config.name, build)
+
+
+def _library_choice(epilogue_fn, launch: GemmLaunch) -> Choice:
+    """``aten.<op>.out`` into the product (a buffer of its own where the template would not
+    store it), then the epilogue kernel on it."""
+    call = launch.library
+    op = getattr(torch.ops.aten, call.op).out
+    kwargs = dict(call.kwargs)
+    size, stride = call.product_layout
+
+    def product_of(tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        if call.product is not None:
+            return tensors[call.product]
+        return torch.empty_strided(size, stride, dtype=launch.dtype, device=tensors[0].device)
+
+    def build(tensors: tuple[torch.Tensor, ...]) -> Callable[..., None]:
+        epilogue = None
+        if call.epilogue is not None:
+            k = call.epilogue
+            epilogue = launcher_for(epilogue_fn, k.grid, dict(k.meta), k.num_warps)
+            compiled(epilogue, _epilogue_args(call, tensors, product_of(tensors)))
+
+        def run(*tensors: torch.Tensor) -> None:
+            product = product_of(tensors)
+            op(*(_argument(arg, tensors) for arg in call.args), **kwargs, out=product)
+            if epilogue is not None:
+                epilogue(*_epilogue_args(call, tensors, product))
+
+        return run
+
+    return Choice(f"aten.{call.op}", build)
+
+
+def _argument(arg: tuple, tensors: tuple[torch.Tensor, ...]) -> Any:
+    if arg[0] == "const":
+        return arg[1]
+    _, param, size, stride, offset = arg
+    t = tensors[param]
+    return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+
+
+def _epilogue_args(call: LibraryCall, tensors, product: torch.Tensor) -> tuple:
+    return tuple(product if p is None else tensors[p] for p in call.epilogue_args)
+
+
+def tuned_gemms(
+    module: Any, templates: tuple[GemmLaunch, ...], settings: TuningSettings, namespace: dict
+) -> dict[str, TunedGemm]:
+    """A :class:`TunedGemm` per template of the imported Triton ``module``."""
+    out = {}
+    for launch in templates:
+        epilogue = launch.library.epilogue
+        epilogue_fn = getattr(module, epilogue.name) if epilogue is not None else None
+        template_fn = getattr(module, launch.name)
+        out[launch.name] = TunedGemm(template_fn, epilogue_fn, launch, settings, namespace)
+    return out

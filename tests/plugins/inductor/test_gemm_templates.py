@@ -1,0 +1,246 @@
+"""max_autotune_gemm: Triton matmul templates with fused epilogues, measured against aten.
+
+Triton's interpreter runs the templates on CPU tensors (``cpu_backend="triton"``,
+``TRITON_INTERPRET=1``), where timings mean nothing: a fake clock decides which choice wins
+(:func:`force`), so each test knows whether the template or the aten call made its results.
+Sizes are small and no multiple of the blocks (16 at least): masks and wrapped rows run.
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
+
+import pytest
+import torch
+import torch.nn.functional as F
+from inductor_testing import check, compile_fn
+
+import torchkiln
+from torchkiln_inductor.autotune import gemm, store, tuner
+from torchkiln_inductor.autotune.tuner import Choice
+from torchkiln_inductor.options import parse_options
+
+pytest.importorskip("triton", reason="triton is not installed")
+
+#: the aten call and one template config measured per matmul
+GEMM = {"cpu_backend": "triton", "max_autotune_gemm": True, "autotune.max_trials": 2}
+HALF = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Winners of one test never reach another (nor the user's cache), nor do its compiled
+    frames (whose tuned matmuls went straight to their winners)."""
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(store, "_tuned", {})
+    torchkiln.reset()
+    torchkiln.counters.clear()
+
+
+class FakeClock:
+    """Time that passes only when a choice runs: ``winner`` ("template" or "aten") costs 1,
+    the others 5. Measuring launches nothing (a measured run would write the real outputs,
+    hiding what the winner leaves unwritten). ``measured``: the kinds of choice measured;
+    ``used``: those whose results the calls returned, in order."""
+
+    def __init__(self, winner: str):
+        self.winner = winner
+        self.now = 0.0
+        self.measured: list[str] = []
+        self.used: list[str] = []
+        self._measuring = False
+
+    def benchmark(self, fn) -> float:
+        start, self._measuring = self.now, True
+        try:
+            fn()
+        finally:
+            self._measuring = False
+        return self.now - start
+
+    def timed(self, choice: Choice) -> Choice:
+        kind = "aten" if choice.name.startswith("aten.") else "template"
+
+        def build(args):
+            launch = choice.build(args)
+
+            def run(*tensors):
+                if self._measuring:
+                    self.measured.append(kind)
+                    self.now += 1.0 if kind == self.winner else 5.0
+                else:
+                    launch(*tensors)
+                    self.used.append(kind)
+
+            return run
+
+        return Choice(choice.name, build)
+
+
+@pytest.fixture
+def force(monkeypatch):
+    """``force("template")`` or ``force("aten")``: that choice wins every matmul's tuning."""
+
+    def set_winner(winner: str) -> FakeClock:
+        clock = FakeClock(winner)
+        choices = gemm.gemm_choices
+        monkeypatch.setattr(gemm, "gemm_choices", lambda *a: [clock.timed(c) for c in choices(*a)])
+        monkeypatch.setattr(tuner, "_benchmark", lambda args: clock.benchmark)
+        return clock
+
+    return set_winner
+
+
+def gemm_check(fn, *args, templates: int, **kwargs):
+    """``check`` with the templates on; ``templates``: the matmuls that must run as one."""
+    compiled = check(fn, *args, **GEMM, **kwargs)
+    wrapper = compiled.artifact.wrapper_source
+    assert wrapper.count("kiln_mm_") == templates and "aten_" not in wrapper
+    assert torchkiln.counters["autotune"]["tuned"] == templates
+    return compiled
+
+
+def kernels_called(compiled) -> list[str]:
+    """The generated Triton kernels the wrapper calls, templates aside."""
+    calls = [line.strip() for line in compiled.artifact.wrapper_source.splitlines()]
+    return [c.split("(")[0] for c in calls if c.startswith("kiln_") and "kiln_mm_" not in c]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_mm_addmm_bmm_with_transposed_operands_match_eager(force, dtype):
+    """Single tiles with masked K steps; a bmm over 2 x 3 tiles; a tall mm whose 9 x 2 tiles
+    run in groups of GROUP_M=8 rows (the last group one row)."""
+    clock = force("template")
+
+    def fn(x, w, bias, p, q, tall, wide):
+        return (
+            torch.addmm(bias, x, w.t(), beta=0.5, alpha=2.0),
+            x[:, 3:] @ w[:, 3:].t(),  # operands that start past their buffers' starts
+            torch.bmm(p, q.transpose(1, 2)),
+            tall @ wide.t(),
+        )
+
+    args = [torch.randn(20, 40), torch.randn(24, 40), torch.randn(24)]
+    args += [torch.randn(2, 150, 9), torch.randn(2, 300, 9)]
+    args += [torch.randn(1100, 16), torch.randn(300, 16)]
+    gemm_check(fn, *(a.to(dtype) for a in args), templates=4)
+    assert clock.used == ["template"] * 4
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_epilogues_fuse_into_the_template_store(force, dtype):
+    """Bias + relu, gelu, residual add, scaling, cast: one op each after the matmul, as eager
+    rounds a half-precision result after each op (a fused chain rounds once, at the end)."""
+    clock = force("template")
+
+    def fn(x, w, b, r):
+        y = x @ w.t()
+        return (
+            torch.relu(F.linear(x, w, b)),
+            F.gelu(F.linear(x, w, b)),
+            y + r,
+            (x[:, :16] @ w[:, :16].t()) * 0.25,
+            y.to(torch.bfloat16 if dtype != torch.bfloat16 else torch.float32),
+        )
+
+    args = [torch.randn(20, 40), torch.randn(24, 40), torch.randn(24), torch.randn(20, 24)]
+    compiled = gemm_check(fn, *(a.to(dtype) for a in args), templates=4)
+    assert kernels_called(compiled) == []  # every epilogue ran inside a template
+    assert clock.used == ["template"] * 4
+
+
+def test_epilogue_chain_over_a_3d_view_of_the_product(force):
+    """A linear layer on (batch, seq, features): the epilogue loops over (2, 5, 24), the
+    product is (10, 24); gelu, residual and scaling fuse as one chain (float32)."""
+    force("template")
+
+    def fn(x, w, b, r):
+        return (F.gelu(F.linear(x, w, b)) + r) * 0.5
+
+    compiled = gemm_check(
+        fn,
+        torch.randn(2, 5, 40),
+        torch.randn(24, 40),
+        torch.randn(24),
+        torch.randn(2, 5, 24),
+        templates=1,
+    )
+    assert kernels_called(compiled) == []
+
+
+def test_consumers_that_cannot_fuse_read_the_stored_product(force):
+    """A reduction, a slice (another index space) and a flip (other elements of the product)
+    stay kernels of their own, after templates that store the products."""
+    force("template")
+
+    def fn(x, w, c):
+        y, z = x @ w, x @ w.t()
+        return y.sum(1) + c, z[:, 2:10] * 2, y.flip(0) + y
+
+    compiled = gemm_check(
+        fn, torch.randn(20, 40), torch.randn(40, 40), torch.randn(20), templates=2
+    )
+    assert len(kernels_called(compiled)) == 2
+
+
+def test_forced_aten_choice_runs_the_epilogue_kernel_and_matches_eager(force):
+    clock = force("aten")
+
+    def fn(x, w, b):
+        y = F.linear(x, w, b)
+        return torch.relu(y) * 2, y  # the product is an output too: stored by either choice
+
+    args = (torch.randn(20, 40), torch.randn(24, 40), torch.randn(24))
+    compiled = gemm_check(fn, *args, templates=1)
+    assert clock.measured == ["aten", "template"] and clock.used == ["aten"]
+    assert kernels_called(compiled) == []  # the aten choice launches the epilogue itself
+    args = (torch.randn(20, 40), torch.randn(24, 40), torch.randn(24))
+    torch.testing.assert_close(compiled(*args), list(fn(*args)))  # the winner, straight
+    assert clock.used == ["aten"] * 2
+
+
+class LinearGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 24)
+
+    def forward(self, x):
+        return F.gelu(self.lin(x))
+
+
+@pytest.mark.parametrize("winner", ["template", "aten"])
+def test_linear_gelu_training_matches_eager(force, winner):
+    clock = force(winner)
+    torch.manual_seed(0)
+    model, eager = LinearGelu(), LinearGelu()
+    eager.load_state_dict(model.state_dict())
+    compiled = torchkiln.compile(model, backend="inductor", options=GEMM)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    twin = x.detach().clone().requires_grad_()
+    out, expected = compiled(x), eager(twin)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, twin.grad)
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert torchkiln.counters["autotune"]["tuned"] == 3  # forward addmm, backward's two mm
+    assert clock.used == [winner] * 3
+
+
+def test_options_turn_templates_on_and_leave_the_code_unchanged_off(force):
+    force("template")
+
+    def fn(x, w, b):
+        return torch.relu(x @ w + b)
+
+    args = (torch.randn(20, 40), torch.randn(40, 24), torch.randn(24))
+    assert parse_options({"max_autotune_gemm": True}).max_autotune_gemm
+    default = compile_fn(fn, *args, cpu_backend="triton").artifact
+    off = compile_fn(fn, *args, cpu_backend="triton", max_autotune_gemm=False).artifact
+    assert off.wrapper_source == default.wrapper_source
+    assert off.triton.source == default.triton.source
+    assert "aten_mm_default(" in default.wrapper_source and "kiln_mm_" not in default.triton.source
+    # max_autotune turns the templates on too (as torch's max-autotune modes do)
+    tuned = check(fn, *args, cpu_backend="triton", max_autotune=True, **{"autotune.max_trials": 2})
+    assert "kiln_mm_" in tuned.artifact.wrapper_source
