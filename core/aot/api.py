@@ -34,6 +34,7 @@ from torchkiln.aot.runtime import (
 )
 from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
 from torchkiln.capture.dispatch import compile_lock
+from torchkiln.saved_hooks import paused_saved_tensors_hooks
 from torchkiln.static_shapes import has_symbolic_inputs
 
 Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]
@@ -125,7 +126,8 @@ class _AOTCompiled:
             cached = self.cache.load(key)
             if cached is not None:
                 return cached
-        meta, plan = self._trace_and_compile(args, training)
+        with paused_saved_tensors_hooks():
+            meta, plan = self._trace_and_compile(args, training)
         if key is not None:
             if isinstance(plan, TrainingPlan):
                 plan.on_backward_compiled = lambda p: self.cache.store_training(key, p)

@@ -34,6 +34,7 @@ from torchkiln.capture.signature import call_original_source, frame_param_names,
 from torchkiln.capture.translator import StopAtBreak, Translator
 from torchkiln.capture.variables.functions import RealCellVariable
 from torchkiln.exc import CaptureError, Unsupported
+from torchkiln.saved_hooks import paused_saved_tensors_hooks
 
 
 @dataclass
@@ -217,6 +218,11 @@ def eager_entry(fn: types.FunctionType, guards: GuardSet, reason: Unsupported) -
 
 def capture_frame(fn: types.FunctionType, args: tuple, cfg: Any) -> CacheEntry:
     """Capture ``fn`` called with the frame locals ``args`` under ``cfg`` (a ``CaptureConfig``)."""
+    with paused_saved_tensors_hooks():  # fake tensors are traced: not the user's to save
+        return _capture_frame(fn, args, cfg)
+
+
+def _capture_frame(fn: types.FunctionType, args: tuple, cfg: Any) -> CacheEntry:
     from torchkiln.capture.graph_break import capture_with_break
 
     trace = None
