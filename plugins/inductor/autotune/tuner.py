@@ -82,10 +82,9 @@ def tune(
     besides the candidates: the kernel's source, the device, the argument sizes) and the same
     candidates. ``in_place[i]``: the kernel writes ``args[i]`` over values it must not lose,
     so benchmarks run on a copy."""
-    choices = list(choices[: settings.max_trials])
+    choices = trials(choices, settings)
     by_name = {c.name: c for c in choices}
-    key = tuning_key(*problem, list(by_name))
-    stored = load_winner(key)
+    stored = stored_winner(problem, choices)
     if stored in by_name:
         launch = _build_all([by_name[stored]], args).get(stored)
         if launch is not None:
@@ -103,8 +102,22 @@ def tune(
     winner = min(timings, key=timings.__getitem__)
     counters["autotune"]["tuned"] += 1
     logs.artifact("autotune", "%s: winner %s (%.4f ms)", kernel, winner, timings[winner])
-    store_winner(key, winner, timings)
+    store_winner(_key(problem, choices), winner, timings)
     return built[winner]
+
+
+def trials(choices: Sequence[Choice], settings: TuningSettings) -> list[Choice]:
+    """The choices that tuning builds and measures: the first ``settings.max_trials``."""
+    return list(choices[: settings.max_trials])
+
+
+def stored_winner(problem: tuple, trials: Sequence[Choice]) -> str | None:
+    """The name of the winner an earlier run stored for ``problem`` and these ``trials``."""
+    return load_winner(_key(problem, trials))
+
+
+def _key(problem: tuple, trials: Sequence[Choice]) -> str:
+    return tuning_key(*problem, [c.name for c in trials])
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
