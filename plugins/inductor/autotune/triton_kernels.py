@@ -4,10 +4,6 @@
 its launcher. Its first call tunes (``tuner.tune`` over ``configs.candidates``, or the winner
 stored by an earlier process), launches the winner and puts it in the wrapper's namespace
 under the kernel's name: later calls go straight to the winner, at an untuned launch's cost.
-
-Compiles don't wait for the first calls: when the graph loads, every kernel's candidates
-(or its stored winner alone) start compiling together (``compile_at_once``), so that tuning
-only loads and benchmarks them, instead of each kernel's compiles waiting for the last's.
 """
 
 from __future__ import annotations
@@ -19,46 +15,37 @@ from typing import Any
 import torch
 
 from ..codegen.triton import KernelLaunch
-from ..codegen.triton_launch import compile_at_once, launcher_for
-from .configs import candidates
-from .tuner import Choice, TuningSettings, stored_winner, tune
+from ..codegen.triton_launch import launcher_for
+from .configs import TritonConfig, candidates
+from .tuner import Choice, TuningSettings, tune
 
 
 class TunedKernel:
     """A kernel's launcher until its first call, which tunes it (see the module docstring)."""
 
     def __init__(self, fn, launch: KernelLaunch, settings: TuningSettings, namespace: dict):
+        self._fn = fn
         self._launch = launch
         self._settings = settings
         self._namespace = namespace
-        self._launchers = {
-            config.name: launcher_for(
-                fn,
-                config.grid(launch.xnumel),
-                dict(config.meta),
-                config.num_warps,
-                config.num_stages,
-            )
-            for config in candidates(launch)[: settings.max_trials]
-        }
-        self._choices = [
-            Choice(name, functools.partial(compiled, launcher))
-            for name, launcher in self._launchers.items()
-        ]
-
-    def to_start(self) -> list:
-        """The launchers tuning will build: the stored winner alone where there is one."""
-        stored = stored_winner(launch_problem(self._launch), self._choices)
-        if stored in self._launchers:
-            return [self._launchers[stored]]
-        return list(self._launchers.values())
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         launch = self._launch
-        problem = launch_problem(launch)
-        winner = tune(launch.name, problem, self._choices, tensors, launch.in_place, self._settings)
+        choices = [self._choice(config) for config in candidates(launch)]
+        problem = tuning_problem(launch.name, tensors)
+        winner = tune(launch.name, problem, choices, tensors, launch.in_place, self._settings)
         self._namespace[launch.name] = winner
         winner(*tensors)
+
+    def _choice(self, config: TritonConfig) -> Choice:
+        def build(tensors: tuple[torch.Tensor, ...]):
+            grid = config.grid(self._launch.xnumel)
+            launcher = launcher_for(
+                self._fn, grid, dict(config.meta), config.num_warps, config.num_stages
+            )
+            return compiled(launcher, tensors)
+
+        return Choice(config.name, build)
 
 
 def compiled(launcher, tensors: tuple[torch.Tensor, ...]):
@@ -68,13 +55,6 @@ def compiled(launcher, tensors: tuple[torch.Tensor, ...]):
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         launcher.compile_for(tensors)
     return launcher
-
-
-def launch_problem(launch: KernelLaunch) -> tuple:
-    """What a generated kernel's winner is valid for besides its candidates, known when the
-    graph loads: the kernel (``name``, the hash of its source, where sizes and strides are
-    literals), its arguments' dtypes and the device."""
-    return (launch.name, device_fingerprint(torch.device(launch.device)), launch.dtypes)
 
 
 def tuning_problem(name: str, tensors: tuple[torch.Tensor, ...]) -> tuple:
@@ -87,13 +67,8 @@ def tuning_problem(name: str, tensors: tuple[torch.Tensor, ...]) -> tuple:
 def tuned_launchers(
     module: Any, launches: tuple[KernelLaunch, ...], settings: TuningSettings, namespace: dict
 ) -> dict[str, TunedKernel]:
-    """A :class:`TunedKernel` per launch of the imported Triton ``module``, the compiles
-    their tuning needs started all at once."""
-    tuned = {k.name: TunedKernel(getattr(module, k.name), k, settings, namespace) for k in launches}
-    compile_at_once(
-        [(launcher, k.dtypes, k.device) for k in launches for launcher in tuned[k.name].to_start()]
-    )
-    return tuned
+    """A :class:`TunedKernel` per launch of the imported Triton ``module``."""
+    return {k.name: TunedKernel(getattr(module, k.name), k, settings, namespace) for k in launches}
 
 
 @functools.cache

@@ -82,9 +82,10 @@ def tune(
     besides the candidates: the kernel's source, the device, the argument sizes) and the same
     candidates. ``in_place[i]``: the kernel writes ``args[i]`` over values it must not lose,
     so benchmarks run on a copy."""
-    choices = trials(choices, settings)
+    choices = list(choices[: settings.max_trials])
     by_name = {c.name: c for c in choices}
-    stored = stored_winner(problem, choices)
+    key = tuning_key(*problem, list(by_name))
+    stored = load_winner(key)
     if stored in by_name:
         launch = _build_all([by_name[stored]], args).get(stored)
         if launch is not None:
@@ -102,22 +103,8 @@ def tune(
     winner = min(timings, key=timings.__getitem__)
     counters["autotune"]["tuned"] += 1
     logs.artifact("autotune", "%s: winner %s (%.4f ms)", kernel, winner, timings[winner])
-    store_winner(_key(problem, choices), winner, timings)
+    store_winner(key, winner, timings)
     return built[winner]
-
-
-def trials(choices: Sequence[Choice], settings: TuningSettings) -> list[Choice]:
-    """The choices that tuning builds and measures: the first ``settings.max_trials``."""
-    return list(choices[: settings.max_trials])
-
-
-def stored_winner(problem: tuple, trials: Sequence[Choice]) -> str | None:
-    """The name of the winner an earlier run stored for ``problem`` and these ``trials``."""
-    return load_winner(_key(problem, trials))
-
-
-def _key(problem: tuple, trials: Sequence[Choice]) -> str:
-    return tuning_key(*problem, [c.name for c in trials])
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:

@@ -92,22 +92,8 @@ class LeanLauncher:
 
     def start(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Begin compiling for the alignment of ``tensors`` (in a worker of Triton's
-        ``AsyncCompileMode`` when one is active); the first call with it finishes. A compile
-        that fails raises at that call, not here: one bad config costs that config only."""
-        try:
-            self._started[_alignment(tensors)] = self._warmup(tensors)
-        except Exception as e:
-            self._started[_alignment(tensors)] = e
-
-    def finish_started(self) -> None:
-        """Wait for the started compiles (a finished one keeps its result), keeping each
-        failure for the call that needs it."""
-        for aligned, kernel in self._started.items():
-            try:
-                if hasattr(kernel, "result"):
-                    kernel.result()
-            except Exception as e:
-                self._started[aligned] = e
+        ``AsyncCompileMode`` when one is active); the first call with it finishes."""
+        self._started[_alignment(tensors)] = self._warmup(tensors)
 
     def compile_for(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Compile and load the kernel for ``tensors`` now (the autotuner does, on a worker
@@ -122,8 +108,6 @@ class LeanLauncher:
     def _compile(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]) -> tuple:
         """Compile for this alignment pattern (Triton's disk cache makes a repeat cheap)."""
         kernel = self._started.pop(aligned, None)
-        if isinstance(kernel, Exception):
-            raise kernel
         if kernel is None:
             kernel = self._warmup(tensors)
         if hasattr(kernel, "result"):  # an asynchronous compile
@@ -142,8 +126,7 @@ def compile_at_once(kernels: list[tuple[object, tuple[torch.dtype, ...], str]]) 
     """Compile ``(launcher, param dtypes, device)`` kernels together, for aligned pointers
     (what torch allocates), on a pool of threads: Triton's ``AsyncCompileMode`` runs each
     compile in a worker (its passes release the GIL, ``ptxas`` is a process of its own).
-    Interpreted kernels compile nothing; a call with unaligned pointers compiles its own; a
-    compile that fails raises at the first call of its launcher (the tuner skips that config)."""
+    Interpreted kernels compile nothing; a call with unaligned pointers compiles its own."""
     lean = [
         (launcher, dtypes, device)
         for launcher, dtypes, device in kernels
@@ -157,8 +140,6 @@ def compile_at_once(kernels: list[tuple[object, tuple[torch.dtype, ...], str]]) 
     with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):
         for launcher, dtypes, device in lean:
             launcher.start(tuple(torch.empty(1, dtype=d, device=device) for d in dtypes))
-        for launcher, _, _ in lean:  # failures stay with their launcher, not raised here
-            launcher.finish_started()
 
 
 def _any(hook) -> bool:

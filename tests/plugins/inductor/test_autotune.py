@@ -12,19 +12,17 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from concurrent.futures import Future
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
 
 import pytest
 import torch
-from inductor_testing import check, compile_fn
+from inductor_testing import check
 
 import torchkiln
 from torchkiln import logs
-from torchkiln_inductor.autotune import configs, progress, store
+from torchkiln_inductor.autotune import configs, progress
 from torchkiln_inductor.autotune.tuner import Choice, TuningSettings, tune
-from torchkiln_inductor.codegen.triton_launch import InterpretedLauncher, LeanLauncher
 from torchkiln_inductor.options import MODE_OPTIONS, parse_options
 
 pytest.importorskip("triton", reason="triton is not installed")
@@ -37,7 +35,6 @@ SETTINGS = TuningSettings(max_trials=8, time_budget_s=60.0)
 def private_cache(tmp_path, monkeypatch):
     """Winners of one test never reach another (nor the user's cache)."""
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(store, "_tuned", {})
     torchkiln.counters.clear()
 
 
@@ -184,98 +181,6 @@ def test_a_real_config_that_fails_is_skipped(monkeypatch):
     check(lambda x: (x * 2).exp(), torch.randn(5, 7), **TUNED)
     assert torchkiln.counters["autotune"]["failed"] == 1
     assert torchkiln.counters["autotune"]["benchmarked"] == 2
-
-
-class CompiledKernel:
-    """What a finished compile gives a LeanLauncher (the interpreter compiles nothing)."""
-
-    run = function = packed_metadata = None
-
-
-class StartedLauncher(LeanLauncher):
-    """A LeanLauncher whose compiles are stand-ins and whose calls run Triton's interpreter,
-    recording ``("start", self)`` for each compile started at load and ``("run", self)`` for
-    each call; the configs named in ``failing`` fail to compile, as ``"async"`` (the started
-    compile's future raises) or ``"now"`` (starting raises)."""
-
-    events: list = []
-    failing: dict = {}
-
-    def __init__(self, fn, grid, meta, num_warps, num_stages=None):
-        super().__init__(fn, grid, meta, num_warps, num_stages)
-        self.name = configs.TritonConfig(tuple(meta.items()), num_warps, num_stages).name
-        self._interpreted = InterpretedLauncher(fn, grid, meta)
-
-    def start(self, tensors):
-        self.events.append(("start", self))
-        super().start(tensors)
-
-    def _warmup(self, tensors):
-        how = self.failing.get(self.name)
-        if how == "now":
-            raise RuntimeError(f"{self.name}: out of shared memory")
-        future = Future()
-        if how == "async":
-            future.set_exception(RuntimeError(f"{self.name}: ptxas failed"))
-        else:
-            future.set_result(CompiledKernel())
-        return future
-
-    def __call__(self, *tensors):
-        self.compile_for(tensors)
-        self.events.append(("run", self))
-        self._interpreted(*tensors)
-
-
-@pytest.fixture
-def started(monkeypatch):
-    """Tuned graphs get :class:`StartedLauncher` candidates; their events, in order."""
-    monkeypatch.setattr(StartedLauncher, "events", [])
-    monkeypatch.setattr(StartedLauncher, "failing", {})
-    monkeypatch.setattr("torchkiln_inductor.autotune.triton_kernels.launcher_for", StartedLauncher)
-    return StartedLauncher
-
-
-def _two_kernels(x, y):
-    return x.sum(1), torch.softmax(y, -1) * 2
-
-
-def test_loading_a_tuned_graph_starts_every_candidate_compile_at_once(started):
-    compiled = check(_two_kernels, torch.randn(3, 500), torch.randn(4, 8), **TUNED)
-    launches = compiled.artifact.triton.launches
-    expected = sum(min(3, len(configs.candidates(k))) for k in launches)
-    kinds = [kind for kind, _ in started.events]
-    assert len(launches) == 2 and kinds[:expected] == ["start"] * expected
-    assert "start" not in kinds[expected:]  # tuning only loaded and benchmarked them
-    assert torchkiln.counters["autotune"]["tuned"] == 2
-
-
-def test_a_candidate_whose_started_compile_fails_is_skipped(started):
-    x = torch.randn(5, 7)
-    launch = compile_fn(lambda x: (x * 2).exp(), x, **TUNED).artifact.triton.launches[0]
-    second, third = (c.name for c in configs.candidates(launch)[1:3])
-    started.failing.update({second: "async", third: "now"})
-    started.events.clear()
-    check(lambda x: (x * 3).exp(), x, **TUNED)  # another kernel: tuned afresh
-    assert [kind for kind, _ in started.events[:3]] == ["start"] * 3
-    assert {launcher.name for kind, launcher in started.events if kind == "run"} == {
-        configs.candidates(launch)[0].name
-    }
-    assert torchkiln.counters["autotune"]["failed"] == 2
-    assert torchkiln.counters["autotune"]["benchmarked"] == 1
-
-
-def test_a_stored_winner_starts_only_its_own_compile(started):
-    x, y = torch.randn(3, 500), torch.randn(4, 8)
-    check(_two_kernels, x, y, **TUNED)
-    started.events.clear()
-    torchkiln.counters.clear()
-    check(_two_kernels, x, y, **TUNED)  # a new graph: loads, reads the stored winners
-    starts = [launcher for kind, launcher in started.events if kind == "start"]
-    runs = {launcher for kind, launcher in started.events if kind == "run"}
-    assert len(starts) == 2 and set(starts) == runs
-    assert started.events[0][0] == started.events[1][0] == "start"
-    assert dict(torchkiln.counters["autotune"]) == {"reused": 2}
 
 
 class Net(torch.nn.Module):
