@@ -11,7 +11,7 @@ warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -43,7 +43,8 @@ def static_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
-def _key(args: tuple) -> tuple:
+def size_key(args: Sequence) -> tuple:
+    """The sizes and strides of a call's tensor arguments (the types of the others)."""
     return tuple(
         (tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else type(a) for a in args
     )
@@ -57,7 +58,7 @@ class PerSizeCompiled:
         self.compile_static = compile_static
         self.compiled: dict[tuple, Callable] = {}
         self.warned = False
-        self._compile(_key(tuple(example_inputs)), example_inputs)
+        self._compile(size_key(tuple(example_inputs)), example_inputs)
 
     def _compile(self, key: tuple, args: Any) -> Callable:
         from torchkiln.capture.dispatch import compile_lock
@@ -81,6 +82,6 @@ class PerSizeCompiled:
         return compiled
 
     def __call__(self, *args: Any) -> Any:
-        key = _key(args)
+        key = size_key(args)
         compiled = self.compiled.get(key) or self._compile(key, args)
         return compiled(*args)

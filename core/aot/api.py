@@ -5,7 +5,12 @@ call picks a *plan*: an inference graph when grad mode is off or no input
 requires grad, else a joint graph split by the partitioner into forward and
 backward. Plans are built lazily and cached per requires_grad pattern of
 the inputs and per value of the non-tensor inputs (tracing bakes those in);
-the plan matching ``example_inputs`` is built at compile time. With a
+the plan matching ``example_inputs`` is built at compile time.
+
+With symbolic sizes, tracing a plan can add facts to the capture's ShapeEnv (a
+decomposition asks ``s0 - 1 != 1``). The plan built at compile time adds them before the
+capture turns the ShapeEnv into guards; a plan built later checks its new facts on every
+call, and a call that breaks one runs a plan traced for its concrete sizes. With a
 ``cache`` codec, plans are also looked up in and stored to the on-disk plan
 cache (:mod:`torchkiln.aot.cache`), so another process skips the tracing.
 """
@@ -32,11 +37,14 @@ from torchkiln.aot.runtime import (
     output_builder,
     run_training,
 )
+from torchkiln.aot.sizes import SizeReader
 from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
 from torchkiln.capture.dispatch import compile_lock
 from torchkiln.saved_hooks import paused_saved_tensors_hooks
-from torchkiln.static_shapes import has_symbolic_inputs
+from torchkiln.static_shapes import PerSizeCompiled, has_symbolic_inputs, size_key
 
+#: Whether a call's argument sizes keep the facts a plan was traced under.
+SizeCheck = Callable[[Sequence], bool]
 Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]
 
 Tensor = torch.Tensor  # read per argument per call: a global, not ``torch.Tensor``
@@ -93,22 +101,79 @@ class _AOTCompiled:
         #: The compiled model's runtime wrappers (CUDA graphs, say), applied around each
         #: compiled forward, backward and inference graph; kept out of the plan cache.
         self.wrappers = runtime_wrappers.claim()
-        #: Per plan key: the graph's meta, the plan, and how a call's outputs are finished.
-        self.plans: dict[tuple, tuple[GraphMeta, Any, OutputBuilder]] = {}
+        #: Per plan key: the graph's meta, the plan, how a call's outputs are finished, and the
+        #: size facts its trace added after the capture took its guards (None: none).
+        self.plans: dict[tuple, tuple[GraphMeta, Any, OutputBuilder, SizeCheck | None]] = {}
+        #: How many ShapeEnv guards the capture had turned into its guards (``seal``).
+        self.sealed_guards: int | None = None
+        #: Plans traced with static sizes, for calls whose sizes break a plan's facts.
+        self.per_size: PerSizeCompiled | None = None
         self.enables_grad = any(
             node.target is torch._C._set_grad_enabled and node.args[0] for node in gm.graph.nodes
         )
 
-    def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any, OutputBuilder]:
+    def plan_for(self, args: Sequence) -> tuple[GraphMeta, Any, OutputBuilder, SizeCheck | None]:
         key = _plan_key(args, torch.is_grad_enabled())
         return self.plans.get(key) or self._new_plan(key, args)
 
-    def _new_plan(self, key: tuple, args: Sequence) -> tuple[GraphMeta, Any, OutputBuilder]:
+    def seal(self) -> None:
+        """Note the ShapeEnv facts known now (the capture guards them): plans built later
+        check the ones their trace adds."""
+        shape_env = self._shape_env()
+        if shape_env is not None:
+            self.sealed_guards = len(shape_env.guards)
+
+    def _shape_env(self) -> Any:
+        fakes = [n.meta.get("example_value") for n in self.gm.graph.nodes if n.op == "placeholder"]
+        modes = [
+            t.fake_mode for t in fakes if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode")
+        ]
+        return modes[0].shape_env if modes and has_symbolic_inputs(self.gm) else None
+
+    def _new_plan(
+        self, key: tuple, args: Sequence
+    ) -> tuple[GraphMeta, Any, OutputBuilder, SizeCheck | None]:
         with compile_lock:  # built at call time, maybe by several threads at once
             if key not in self.plans:
                 meta, plan = self._build(args, training=key[0] is not None)
-                self.plans[key] = meta, self._with_wrappers(plan), output_builder(meta)
+                check = self._new_facts_check(args)
+                self.plans[key] = meta, self._with_wrappers(plan), output_builder(meta), check
         return self.plans[key]
+
+    def _new_facts_check(self, args: Sequence) -> SizeCheck | None:
+        """The check of the size facts added since ``seal``, or None if there are none."""
+        if self.sealed_guards is None:
+            return None
+        facts = [guard.expr for guard in self._shape_env().guards[self.sealed_guards :]]
+        if not facts:
+            return None
+        _, fakes = fake_mode_and_inputs(list(args), self.gm)
+        check = SizeReader(fakes).condition(facts)
+        if check is None:  # a fact over sizes the arguments do not give: these sizes only
+            traced = size_key(args)
+            return lambda call_args: size_key(call_args) == traced
+        return check
+
+    def _run_per_size(self, args: Sequence) -> Any:
+        """Run the graph through a plan traced for these concrete sizes."""
+        with compile_lock:
+            if self.per_size is None:
+                self.per_size = PerSizeCompiled(self.gm, self._static_copy_compiled, list(args))
+        return self.per_size(*args)
+
+    def _static_copy_compiled(self, gm: fx.GraphModule, args: list) -> _AOTCompiled:
+        static = _AOTCompiled(
+            gm,
+            self.fw_compiler,
+            self.bw_compiler,
+            self.inference_compiler,
+            self.decompositions,
+            self.partition_fn,
+            self.cache,
+        )
+        static.wrappers = self.wrappers
+        static.plan_for(args)
+        return static
 
     def _with_wrappers(self, plan: Any) -> Any:
         if self.wrappers is None:
@@ -164,7 +229,9 @@ class _AOTCompiled:
             # trace under one grad mode, so the captured graph runs as it is
             return self.gm.forward(*args)
         key = _plan_key(args, grad_enabled)
-        _, plan, finish = self.plans.get(key) or self._new_plan(key, args)
+        _, plan, finish, check = self.plans.get(key) or self._new_plan(key, args)
+        if check is not None and not check(args):
+            return self._run_per_size(args)
         if torch._C._is_any_autocast_enabled():
             # tracing baked the casts in (and a region the graph left with autocast off):
             # autocast must not cast the plan's ops again
@@ -219,6 +286,7 @@ def aot_autograd(
             cache=plan_cache,
         )
         compiled.plan_for(example_inputs)
+        compiled.seal()
         return compiled
 
     return compile_fn

@@ -17,6 +17,20 @@ import torch.fx as fx
 #: Largest input (in elements) of a reduction the backward may recompute.
 SMALL_REDUCTION_NUMEL = 4096
 
+#: The size a cost assumes for a data-dependent size (one with no value at trace time).
+UNKNOWN_SIZE_GUESS = 8192
+
+
+def size_hint(n: int | torch.SymInt) -> int:
+    """``n`` as an int; a symbolic size as its value at trace time (its hint). Costs and
+    thresholds read sizes through this: comparing SymInts would add guards on the sizes
+    for a choice that any size may take."""
+    if isinstance(n, torch.SymInt):
+        hint = n.node.hint
+        return int(hint) if hint is not None else UNKNOWN_SIZE_GUESS
+    return n
+
+
 _REDUCTION = getattr(torch.Tag, "reduction", None)
 
 
@@ -50,7 +64,7 @@ def is_recomputable(node: fx.Node) -> bool:
     if not inputs:
         return True
     if _REDUCTION is not None and _REDUCTION in op.tags:
-        return max(t.numel() for t in inputs) <= SMALL_REDUCTION_NUMEL
+        return max(size_hint(t.numel()) for t in inputs) <= SMALL_REDUCTION_NUMEL
     return False
 
 
@@ -68,7 +82,7 @@ def saved_bytes(node: fx.Node) -> int | None:
     """
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        nbytes = val.numel() * val.element_size()
+        nbytes = size_hint(val.numel()) * val.element_size()
         return nbytes if node.op == "placeholder" else nbytes + 1
     if isinstance(val, (tuple, list)):
         return None

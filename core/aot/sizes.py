@@ -51,6 +51,17 @@ class SizeReader:
                     if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
                         self.names.setdefault(size.node.expr, f"args[{i}].shape[{dim}]")
 
+    def condition(self, exprs: list) -> SizeExpr | None:
+        """A call's check that every sympy relation of ``exprs`` holds for its sizes; None
+        where one reads a symbol that is not an argument's size."""
+        from torchkiln.capture.symbolic import condition_text
+        from torchkiln.exc import Unsupported
+
+        try:
+            return SizeExpr(condition_text(exprs, self.names))
+        except Unsupported:
+            return None
+
     def concrete(self, value: Any) -> Any:
         """``value`` (an int, a SymInt or a tuple of them) as the runtime reads it."""
         if not _symbolic(value):

@@ -150,6 +150,13 @@ class ShapeGuards:
         return found
 
 
+def condition_text(exprs: list, names: dict[sympy.Symbol, str]) -> str:
+    """Python text of ``exprs`` (sympy relations) all holding, each symbol printed as ``names``
+    says; raises ``Unsupported`` where a symbol has no name."""
+    printer = _SourcePrinter(names)
+    return " and ".join(f"({printer.doprint(e)})" for e in exprs) or "True"
+
+
 def source_text(value: Any, names: dict[sympy.Symbol, str]) -> str:
     """Python text of an int, SymInt or tuple of them, each symbol printed as ``names`` says."""
     if isinstance(value, (tuple, list)):
