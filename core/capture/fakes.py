@@ -20,9 +20,11 @@ tensors made at capture time, which count as metadata here).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchkiln.capture import dynamic
@@ -64,7 +66,7 @@ class FakePropagation:
         self._replay = _NO_REPLAY
         before = _metadata(args, kwargs)
         try:
-            with self.mode:
+            with self.mode, symbolic_dispatch(self.mode):
                 if kind == "call_method":
                     result = getattr(args[0], target)(*args[1:], **kwargs)
                 else:
@@ -73,6 +75,13 @@ class FakePropagation:
             self.replayable &= _metadata(args, kwargs) == before
         self.results.append((key, result))
         return result
+
+
+def symbolic_dispatch(mode: FakeTensorMode) -> Any:
+    """With symbolic sizes, composite ops decompose in Python, as torch.compile's tracer does:
+    some C++ kernels read ``numel()`` where they should read ``sym_numel()`` (``linear`` on a
+    3-D input fails so in torch 2.11)."""
+    return enable_python_dispatcher() if mode.shape_env is not None else contextlib.nullcontext()
 
 
 def _inference() -> bool:

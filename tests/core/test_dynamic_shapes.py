@@ -229,3 +229,18 @@ def test_a_shape_used_as_a_dict_key_is_specialized():
     for n in (3, 4, 3, 5):
         x = torch.randn(n, 2)
         torch.testing.assert_close(compiled(x), twin(x))
+
+
+def test_linear_of_a_3d_input_with_symbolic_sizes_stays_in_one_graph():
+    """Composite ops decompose in Python under symbolic sizes, as torch.compile's tracer does:
+    torch 2.11's C++ ``linear`` of a 3-D input reads ``numel()`` and broke the graph."""
+
+    def project(x, w):
+        return torch.nn.functional.linear(x, w).relu()
+
+    compiled = torchkiln.compile(project, backend="aot_eager", dynamic=True, fullgraph=True)
+    w = torch.randn(8, 16)
+    for b, t in [(2, 4), (3, 7)]:
+        x = torch.randn(b, t, 16)
+        torch.testing.assert_close(compiled(x, w), project(x, w))
+    assert frames() == 1
