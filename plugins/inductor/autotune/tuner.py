@@ -18,7 +18,8 @@ Benchmarks run one candidate at a time, on copies of the arguments the kernel wr
 place (so repeated runs don't compound into the real values): on CUDA ``do_bench``'s median
 (caches flushed between runs), elsewhere the median wall time of a few runs. Counters:
 ``torchkiln.counters["autotune"]``: ``benchmarked`` (candidates timed), ``tuned`` (kernels
-measured), ``reused`` (stored winners taken), ``failed`` (candidates skipped).
+measured), ``reused`` (stored winners taken), ``failed`` (candidates skipped), and where the
+time goes: ``build_ms`` (waiting for builds) and ``measure_ms`` (benchmarking).
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
 
 def _build_all(choices: list[Choice], args: tuple[torch.Tensor, ...]) -> dict[str, Launch]:
     """Build every choice on a pool of threads; those that raise or time out are skipped."""
+    start = time.monotonic()
     pool = ThreadPoolExecutor(min(len(choices), BUILD_THREADS), thread_name_prefix="autotune")
     futures = {c.name: pool.submit(c.build, args) for c in choices}
     wait(futures.values(), timeout=BUILD_TIMEOUT_S)
@@ -126,6 +128,7 @@ def _build_all(choices: list[Choice], args: tuple[torch.Tensor, ...]) -> dict[st
             _skip(name, f"build failed: {future.exception()!r}")
         else:
             built[name] = future.result()
+    counters["autotune"]["build_ms"] += round((time.monotonic() - start) * 1e3)
     return built
 
 
@@ -154,6 +157,7 @@ def _measure(
                 bar.update()
             counters["autotune"]["benchmarked"] += 1
             logs.artifact("autotune", "%s %s: %.4f ms", kernel, name, timings[name])
+    counters["autotune"]["measure_ms"] += round((time.monotonic() - start) * 1e3)
     return timings
 
 
