@@ -22,9 +22,9 @@ def torchkiln_backends() -> list[Backend]:
         Backend(
             "inductor",
             compile_fn,
-            description="loop-level IR, fusion, C++/OpenMP kernels on CPU (Triton on GPU: not yet)",
+            description="loop-level IR, fusion, C++/OpenMP kernels on CPU, Triton kernels on GPU",
             options=OPTIONS,
             modes=MODE_OPTIONS,
-            dynamic_shapes=False,  # symbolic kernels: not yet
+            dynamic_shapes=False,  # kernels for concrete sizes: one per size of a symbolic graph
         )
     ]
