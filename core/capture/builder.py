@@ -49,6 +49,28 @@ GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 TORCHSCRIPT_TYPES = (torch._C.ScriptFunction, torch._C.ScriptMethod, torch.jit.ScriptModule)
 
 
+def _items_with_object_keys(out: OutputGraph, value: dict, source: str | None) -> dict:
+    """The mirror items of a dict from outside keyed by objects as well as constants: each
+    object key is read through its position (``list(d)[i]``) and guarded by identity, so a
+    lookup hashes and compares it as eager does; constant keys are guarded by value."""
+    if source is None:
+        raise Unsupported("a dict keyed by objects, with no source to guard its keys")
+    out.guards.length(source, len(value))
+    items = {}
+    for i, (key, item) in enumerate(value.items()):
+        key_source = f"list({source})[{i}]"
+        if V.is_constant_value(key):
+            out.guards.constant(key_source, key)
+            items[key] = out.wrap(item, f"{source}[{key!r}]")
+            continue
+        if isinstance(key, torch.Tensor):
+            raise Unsupported("a dict read from outside keyed by tensors")
+        key_vt = out.wrap(key, key_source)
+        out.guards.identity(key_source, key)
+        items[V.sets.Element(key_vt, key, real=True)] = out.wrap(item, f"{source}[{key_source}]")
+    return items
+
+
 def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker:
     guards = out.guards
     if isinstance(value, torch.Tensor):
@@ -71,16 +93,16 @@ def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker
         )
     if type(value) in DICT_TYPES:
         keys = list(value)
-        if not all(V.is_constant_value(k) for k in keys):
-            kinds = sorted({type(k).__name__ for k in keys if not V.is_constant_value(k)})
-            raise Unsupported(
-                f"a dict read from outside keyed by {', '.join(kinds)} objects: only dicts "
-                "with constant keys are traced (build it in the compiled function instead)"
-            )
         if source:
             guards.type_is(source, type(value))
-            guards.dict_keys(source, keys)
-        items = {k: out.wrap(v, f"{source}[{k!r}]" if source else None) for k, v in value.items()}
+        if all(V.is_constant_value(k) for k in keys):
+            if source:
+                guards.dict_keys(source, keys)
+            items = {
+                k: out.wrap(v, f"{source}[{k!r}]" if source else None) for k, v in value.items()
+            }
+        else:
+            items = _items_with_object_keys(out, value, source)
         if type(value) is collections.defaultdict:
             factory = out.wrap(
                 value.default_factory, f"{source}.default_factory" if source else None

@@ -789,7 +789,9 @@ class Translator:
     def DELETE_SUBSCR(self, inst: dis.Instruction) -> None:
         key = self.pop()
         obj = self.pop()
-        if isinstance(obj, (V.ListVariable, V.DictVariable)):
+        if isinstance(obj, V.DictVariable):
+            obj.call_method(self, "__delitem__", [key], {})
+        elif isinstance(obj, V.ListVariable):
             self.output.side_effects.mutate(obj)
             del obj.items[key.as_python_constant()]
         elif isinstance(

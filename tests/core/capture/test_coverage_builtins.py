@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import torch
 
+import torchkiln
 from kiln_testing import check_compiled
 
 
@@ -188,3 +189,82 @@ def test_whether_torch_has_distributed_is_a_constant(backend):
         return x + 1 if torch.distributed.is_available() else x - 1
 
     one_graph(fn, tensors((3,)), backend)
+
+
+# -- dicts passed in, keyed by objects --------------------------------------------------------
+
+
+class Slot:
+    """Hashed by identity, as a plain object is."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class Point:
+    """Hashed and compared by value, in Python."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __hash__(self):
+        return hash(self.x)
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and other.x == self.x
+
+
+SLOT_A, SLOT_B, SLOT_C = Slot("a"), Slot("bb"), Slot("ccc")
+
+
+def read_and_update(d, x):
+    out = x
+    for key, value in d.items():
+        out = out + value * len(key if isinstance(key, str) else key.name)
+    d[SLOT_A] = d[SLOT_A] * 2
+    del d[SLOT_B]
+    d[SLOT_C] = out
+    return out
+
+
+def _fresh_slots():
+    return {SLOT_A: torch.randn(3), SLOT_B: torch.randn(3), "bias": torch.randn(3)}
+
+
+def test_dict_passed_in_keyed_by_objects_is_traced_and_updated():
+    compiled = torchkiln.compile(read_and_update, backend="eager", fullgraph=True)
+    for _ in range(3):
+        d, x = _fresh_slots(), torch.randn(3)
+        d_eager = {k: v.clone() for k, v in d.items()}
+        torch.testing.assert_close(compiled(d, x), read_and_update(d_eager, x))
+        assert list(d) == list(d_eager)  # the same key objects, in the same order
+        for key in d:
+            torch.testing.assert_close(d[key], d_eager[key])
+    assert torchkiln.counters["frames"]["total"] == 1
+
+
+def test_dict_keyed_by_other_objects_or_order_recompiles():
+    def weighted(d, x):
+        return sum(value * len(key.name) for key, value in d.items()) + x
+
+    compiled = torchkiln.compile(weighted, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    for d in (
+        {SLOT_A: torch.randn(3), SLOT_B: torch.randn(3)},
+        {SLOT_B: torch.randn(3), SLOT_A: torch.randn(3)},  # another order
+        {Slot("a"): torch.randn(3), SLOT_B: torch.randn(3)},  # another object, equal fields
+        {SLOT_A: torch.randn(3), SLOT_C: torch.randn(3)},
+    ):
+        torch.testing.assert_close(compiled(d, x), weighted(d, x))
+    assert torchkiln.counters["frames"]["total"] == 4
+
+
+def test_dict_keyed_by_value_hashed_objects_finds_keys_made_in_the_frame():
+    def lookup(d, x):
+        return d[Point(1)] * x + d.get(Point(5), x)
+
+    compiled = torchkiln.compile(lookup, backend="eager", fullgraph=True)
+    for _ in range(2):
+        d = {Point(1): torch.randn(3), Point(2): torch.randn(3)}
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(d, x), lookup(d, x))
