@@ -16,6 +16,7 @@ import torch
 
 from ..codegen.triton import KernelLaunch
 from ..codegen.triton_launch import launcher_for
+from ..codegen.triton_workers import compile_job, precompile
 from .configs import TritonConfig, candidates
 from .tuner import Choice, TuningSettings, tune
 
@@ -31,11 +32,40 @@ class TunedKernel:
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         launch = self._launch
-        choices = [self._choice(config) for config in candidates(launch)]
+        configs = {config.name: config for config in candidates(launch)}
+        choices = [self._choice(config) for config in configs.values()]
         problem = tuning_problem(launch.name, tensors)
-        winner = tune(launch.name, problem, choices, tensors, launch.in_place, self._settings)
+
+        def warm(chosen: list[Choice]) -> None:
+            self._precompile([configs[c.name] for c in chosen], tensors)
+
+        winner = tune(
+            launch.name, problem, choices, tensors, launch.in_place, self._settings, warm=warm
+        )
         self._namespace[launch.name] = winner
         winner(*tensors)
+
+    def _precompile(self, configs: list[TritonConfig], tensors: tuple[torch.Tensor, ...]) -> None:
+        """Compile the candidates in worker processes (``triton_workers``): their builds
+        then load them from Triton's disk cache. Nothing to do for the interpreter."""
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if isinstance(self._fn, InterpretedFunction) or not tensors[0].is_cuda:
+            return
+        dtypes = tuple(t.dtype for t in tensors)
+        jobs = [
+            compile_job(
+                self._fn,
+                dtypes,
+                config.grid(self._launch.xnumel),
+                dict(config.meta),
+                config.num_warps,
+                config.num_stages,
+            )
+            for config in configs
+        ]
+        with torch.cuda.device(tensors[0].device):
+            precompile(jobs)
 
     def _choice(self, config: TritonConfig) -> Choice:
         def build(tensors: tuple[torch.Tensor, ...]):

@@ -77,12 +77,14 @@ def tune(
     in_place: Sequence[bool],
     settings: TuningSettings,
     benchmark: Benchmark | None = None,
+    warm: Callable[[list[Choice]], None] | None = None,
 ) -> Launch:
     """The launcher of the fastest of ``choices`` (the first ``settings.max_trials``) on
     ``args``, or of the one an earlier run stored for the same ``problem`` (what names it
     besides the candidates: the kernel's source, the device, the argument sizes) and the same
     candidates. ``in_place[i]``: the kernel writes ``args[i]`` over values it must not lose,
-    so benchmarks run on a copy."""
+    so benchmarks run on a copy. ``warm(choices)``, where given, prepares the builds of the
+    choices about to be built (compiles them in worker processes)."""
     choices = list(choices[: settings.max_trials])
     by_name = {c.name: c for c in choices}
     key = tuning_key(*problem, list(by_name))
@@ -93,6 +95,10 @@ def tune(
             counters["autotune"]["reused"] += 1
             logs.artifact("autotune", "%s: stored winner %s", kernel, stored)
             return launch
+    if warm is not None:
+        start = time.monotonic()
+        warm(choices)
+        counters["autotune"]["build_ms"] += round((time.monotonic() - start) * 1e3)
     built = _build_all(choices, args)
     copies = tuple(_copy(a) if copy else a for a, copy in zip(args, in_place, strict=True))
     timings = _measure(kernel, built, copies, settings.time_budget_s, benchmark or _benchmark(args))
