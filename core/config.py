@@ -54,6 +54,15 @@ def _env_flag(name: str, default: bool) -> bool:
 #: (``torchkiln.capture.persist``). ``TORCHKILN_PERSIST_CAPTURES=0`` turns it off.
 persist_captures: bool = _env_flag("TORCHKILN_PERSIST_CAPTURES", True)
 
+#: Keep ops whose output size depends on the data (``nonzero``, ``x[mask]``, ``unique``,
+#: ``masked_select``...) in the graph, their sizes unbacked SymInts, instead of breaking
+#: the graph there (torch.compile's flag of the same name). Backends that take only static
+#: shapes (``Backend(dynamic_shapes=False)``, inductor) still get the break.
+#: ``TORCHKILN_CAPTURE_DYNAMIC_OUTPUT_SHAPE_OPS=1`` turns it on.
+capture_dynamic_output_shape_ops: bool = _env_flag(
+    "TORCHKILN_CAPTURE_DYNAMIC_OUTPUT_SHAPE_OPS", False
+)
+
 #: Each setting's type (that of its default).
 _TYPES: dict[str, type] = {name: type(globals()[name]) for name in __annotations__}
 

@@ -33,6 +33,19 @@ def has_symbolic_inputs(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+def has_symbolic_values(gm: torch.fx.GraphModule) -> bool:
+    """Whether capture recorded a symbolic size anywhere in ``gm``: an input's, or one that
+    depends on the data (``nonzero``'s count, ``config.capture_dynamic_output_shape_ops``)."""
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if isinstance(value, torch.SymInt) or (
+            isinstance(value, torch.Tensor)
+            and any(isinstance(s, torch.SymInt) for s in value.shape)
+        ):
+            return True
+    return False
+
+
 def static_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``gm`` without its symbolic fake values: it computes sizes from its inputs when it runs,
     so a compiler that traces it with real or fake static inputs specializes it."""

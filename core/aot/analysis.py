@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from torchkiln.aot.fake import fresh_copies, functionalized, to_functional
+from torchkiln.aot.fake import fresh_copies, functionalized, to_functional, untraced
 from torchkiln.aot.sizes import SizeExpr, SizeReader
 from torchkiln.capture.fakes import symbolic_dispatch
 from torchkiln.exc import KilnError
@@ -86,7 +86,7 @@ def _storage_id(t: torch.Tensor) -> int:
 def _mutated_inputs(gm: torch.fx.GraphModule, fake_inputs: list, mode: FakeTensorMode) -> list[int]:
     mutated = []
     copies = fresh_copies(fake_inputs, mode)
-    with mode, functionalized():
+    with mode, functionalized(), untraced(mode):
         f_args = [to_functional(a) for a in copies]
         gm.forward(*f_args)  # not gm(...): that runs the user's global module hooks
         for i, f in enumerate(f_args):
@@ -119,7 +119,7 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
     copies = fresh_copies(fake_inputs, fake_mode)
     tensor_inputs = {i: t for i, t in enumerate(copies) if isinstance(t, torch.Tensor)}
     required_grad = {i: t.requires_grad for i, t in tensor_inputs.items()}
-    with fake_mode, symbolic_dispatch(fake_mode):
+    with fake_mode, symbolic_dispatch(fake_mode), untraced(fake_mode):
         result = gm.forward(*copies)
     output_container = type(result) if isinstance(result, (tuple, list)) else None
     outputs = [result] if output_container is None else list(result)

@@ -41,7 +41,12 @@ from torchkiln.aot.sizes import SizeReader
 from torchkiln.aot.trace import Decompositions, trace_inference, trace_joint
 from torchkiln.capture.dispatch import compile_lock
 from torchkiln.saved_hooks import paused_saved_tensors_hooks
-from torchkiln.static_shapes import PerSizeCompiled, has_symbolic_inputs, size_key
+from torchkiln.static_shapes import (
+    PerSizeCompiled,
+    has_symbolic_inputs,
+    has_symbolic_values,
+    size_key,
+)
 
 #: Whether a call's argument sizes keep the facts a plan was traced under.
 SizeCheck = Callable[[Sequence], bool]
@@ -185,7 +190,7 @@ class _AOTCompiled:
 
     def _build(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
         # a symbolic graph's plans are kept in memory only: a stored plan is keyed by sizes
-        cacheable = self.cache is not None and not has_symbolic_inputs(self.gm)
+        cacheable = self.cache is not None and not has_symbolic_values(self.gm)
         key = self.cache.key(self.gm, list(args), training) if cacheable else None
         if key is not None:
             cached = self.cache.load(key)

@@ -11,6 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
 from torchkiln.exc import KilnError
+from torchkiln.static_shapes import has_symbolic_values
 
 
 def is_symbolic(value: object) -> bool:
@@ -22,9 +23,10 @@ def is_symbolic(value: object) -> bool:
 def fake_mode_and_inputs(
     example_inputs: list, gm: torch.fx.GraphModule | None = None
 ) -> tuple[FakeTensorMode, list]:
-    """The fake inputs to trace with, and their mode: the symbolic fakes capture recorded on
-    ``gm``'s placeholders where it made sizes symbolic, else those of fake example inputs,
-    else static fakes of the real ones."""
+    """The fake inputs to trace with, and their mode: the fakes capture recorded on ``gm``'s
+    placeholders where the graph has symbolic sizes (of inputs, or the unbacked sizes of
+    ops like ``nonzero``: only the capture's ShapeEnv allows those), else those of fake
+    example inputs, else static fakes of the real ones."""
     symbolic = _symbolic_placeholders(gm, example_inputs) if gm is not None else None
     if symbolic is not None:
         example_inputs = symbolic
@@ -43,9 +45,10 @@ def fake_mode_and_inputs(
 
 def _symbolic_placeholders(gm: torch.fx.GraphModule, example_inputs: list) -> list | None:
     """The placeholders' recorded fakes (``example_value``), with the call's requires_grad,
-    where one of them has symbolic sizes; None if none has (or they do not match the call)."""
+    where a value of the graph has symbolic sizes; None if none has (or they do not match
+    the call)."""
     fakes = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(fakes) != len(example_inputs) or not any(map(is_symbolic, fakes)):
+    if len(fakes) != len(example_inputs) or not has_symbolic_values(gm):
         return None
     matched = []
     for fake, real in zip(fakes, example_inputs):
@@ -56,6 +59,14 @@ def _symbolic_placeholders(gm: torch.fx.GraphModule, example_inputs: list) -> li
                 fake = fake.detach().requires_grad_(real.requires_grad)
         matched.append(fake)
     return matched
+
+
+def untraced(mode: FakeTensorMode) -> contextlib.AbstractContextManager:
+    """Around a fake run outside ``make_fx`` (analysis): the unbacked sizes its ops make
+    (``nonzero``'s count) are thrown away, not left pending for the next trace to bind."""
+    if mode.shape_env is None:
+        return contextlib.nullcontext()
+    return mode.shape_env.ignore_fresh_unbacked_symbols()
 
 
 def fresh_copies(fake_inputs: list, mode: FakeTensorMode) -> list:

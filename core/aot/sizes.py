@@ -66,8 +66,18 @@ class SizeReader:
         """``value`` (an int, a SymInt or a tuple of them) as the runtime reads it."""
         if not _symbolic(value):
             return _ints(value)
-        from torchkiln.capture.symbolic import source_text
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+        from torchkiln.capture.symbolic import source_text
+        from torchkiln.exc import KilnError
+
+        if free_unbacked_symbols(value):  # ``x[mask]``'s size: no argument's size gives it
+            raise KilnError(
+                f"an output is a view (of an input or of another output) whose layout {value} "
+                "depends on the data; the AOT-autograd layer rebuilds such views from the "
+                "inputs' sizes only: return a copy (.clone()) instead, or use a backend "
+                "without AOT autograd (backend='eager')"
+            )
         return SizeExpr(source_text(value, self.names))
 
 

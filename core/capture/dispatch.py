@@ -29,7 +29,7 @@ import torch
 from torchkiln import config, logs
 from torchkiln.capture import persist
 from torchkiln.capture.builder import grad_mode_decorated
-from torchkiln.capture.dynamic import SizeHistory
+from torchkiln.capture.dynamic import SizeHistory, data_dependent_break
 from torchkiln.capture.dynamic import policy as dynamic_policy
 from torchkiln.capture.frame_capture import CacheEntry, capture_frame
 from torchkiln.capture.resume import clear_resume_codes
@@ -217,7 +217,8 @@ def _run_for_miss(
     try:
         entry = persist.load(fn, cfg, args) if config.persist_captures else None
         if entry is None:
-            with dynamic_policy(cfg.dynamic, history):
+            data_dependent = data_dependent_break(cfg.compile_graph)
+            with dynamic_policy(cfg.dynamic, history, data_dependent):
                 entry = capture_frame(fn, args, cfg)
             if config.persist_captures:
                 persist.store(fn, cfg, entry)

@@ -11,6 +11,12 @@ On top of the knob, marks on a tensor (``mark_dynamic``, ``maybe_mark_dynamic``,
 ``mark_static``) decide its own dimensions. Sizes 0 and 1 are always specialized (the
 ShapeEnv's rule, as in torch): a symbolic dimension is at least 2.
 
+Sizes can also come from the data: ``nonzero``, ``x[mask]``, ``unique`` return tensors whose
+size only the run knows. With ``config.capture_dynamic_output_shape_ops`` such ops stay in
+the graph, their sizes *unbacked* SymInts (no input size gives them, nothing may guard on
+them); without it, or for a backend that takes static shapes only, the graph breaks there
+(``data_dependent_break``).
+
 The policy of the capture under way is a context variable that ``dispatch`` sets around
 each capture (graph-break resume frames are captured with their own).
 """
@@ -19,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
+
+from torchkiln import config
 
 #: Tensor attributes holding the marks: ``{dim: (min, max)}``, ``{dim}``, ``{dim}``.
 _DYNAMIC, _MAYBE_DYNAMIC, _STATIC = (
@@ -113,12 +121,31 @@ class SizeHistory:
         return changed
 
 
+#: Why ops with data-dependent output sizes break the graph when the flag is off.
+FLAG_OFF = "set torchkiln.config.capture_dynamic_output_shape_ops = True to keep it in the graph"
+
+
+def data_dependent_break(compile_graph: Callable) -> str | None:
+    """Why an op whose output size depends on the data breaks a graph for ``compile_graph``
+    (a ``GraphCompiler``, or any backend callable); None: it stays in the graph."""
+    if not config.capture_dynamic_output_shape_ops:
+        return FLAG_OFF
+    if getattr(compile_graph, "static_shapes", False):  # a GraphCompiler's
+        return (
+            f"backend {compile_graph.name!r} takes static shapes only (Backend.dynamic_shapes=False), so "
+            "config.capture_dynamic_output_shape_ops does not apply to it"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Policy:
-    """``dynamic=`` of the compile call, and the frame's size history (automatic dynamic)."""
+    """``dynamic=`` of the compile call, the frame's size history (automatic dynamic), and
+    why ops with data-dependent output sizes break the graph (None: they stay in it)."""
 
     dynamic: bool | None = False
     history: SizeHistory | None = None
+    data_dependent_break: str | None = FLAG_OFF
 
     def dynamic_dims(self, source: str, t: torch.Tensor) -> dict[int, Bounds]:
         """The dimensions of input ``t`` (read through ``source``) to make symbolic."""
@@ -143,9 +170,13 @@ def current() -> Policy:
 
 
 @contextlib.contextmanager
-def policy(dynamic: bool | None, history: SizeHistory | None) -> Iterator[None]:
-    """Captures inside this block decide dynamic dimensions by ``dynamic`` and ``history``."""
-    token = _current.set(Policy(dynamic, history))
+def policy(
+    dynamic: bool | None, history: SizeHistory | None, data_dependent: str | None = FLAG_OFF
+) -> Iterator[None]:
+    """Captures inside this block decide dynamic dimensions by ``dynamic`` and ``history``,
+    and break at ops with data-dependent output sizes for the reason ``data_dependent``
+    (None: keep them)."""
+    token = _current.set(Policy(dynamic, history, data_dependent))
     try:
         yield
     finally:

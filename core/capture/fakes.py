@@ -39,7 +39,7 @@ class FakePropagation:
 
     def __init__(self, previous: FakePropagation | None = None):
         replay = previous is not None and previous.replayable
-        self.mode = previous.mode if replay else FakeTensorMode()
+        self.mode = previous.mode if replay else _new_mode()
         self.results: list[tuple[tuple, Any]] = []
         self.replayable = True
         self._replay: list | tuple = previous.results if replay else _NO_REPLAY
@@ -71,10 +71,30 @@ class FakePropagation:
                     result = getattr(args[0], target)(*args[1:], **kwargs)
                 else:
                     result = target(*args, **kwargs)
+            if self.mode.shape_env is not None:
+                _bind_unbacked(self.mode.shape_env, result)
         finally:
             self.replayable &= _metadata(args, kwargs) == before
         self.results.append((key, result))
         return result
+
+
+def _bind_unbacked(shape_env: Any, result: Any) -> None:
+    """Take the unbacked sizes an op just made (``nonzero``'s count) as bound by its result,
+    as torch's tracers do after each op: the ShapeEnv requires that of every new one."""
+    from torch.fx.experimental.symbolic_shapes import compute_unbacked_bindings
+
+    compute_unbacked_bindings(shape_env, result)
+
+
+def _new_mode() -> FakeTensorMode:
+    """A fake mode for one capture; with a ShapeEnv from the start where the capture keeps
+    ops with data-dependent output sizes (their sizes are unbacked symbols of it)."""
+    if dynamic.current().data_dependent_break is not None:
+        return FakeTensorMode()
+    from torchkiln.capture.symbolic import unbacked_mode
+
+    return unbacked_mode()
 
 
 def symbolic_dispatch(mode: FakeTensorMode) -> Any:

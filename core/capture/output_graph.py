@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchkiln.capture import inference_mode, runtime
+from torchkiln.capture import dynamic, inference_mode, runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.aliasing import is_weight
 from torchkiln.capture.builder import build
@@ -160,7 +160,13 @@ class OutputGraph:
         except Unsupported:
             raise
         except Exception as e:
-            if type(e).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
+            if type(e).__name__ == "DynamicOutputShapeException":
+                why = dynamic.current().data_dependent_break
+                raise Unsupported(
+                    f"{name} has a data-dependent output size ({type(e).__name__})"
+                    + (f"; {why}" if why else "")
+                ) from e
+            if type(e).__name__ == "DataDependentOutputException":
                 raise Unsupported(f"{name} has a data-dependent result ({type(e).__name__})") from e
             raise Unsupported(f"{name} failed while tracing: {type(e).__name__}: {e}") from e
         if layout_before is not None and self._input_layout(fake_args[0]) != layout_before:

@@ -69,6 +69,7 @@ from torchkiln.disk_cache import (
     write_entry,
 )
 from torchkiln.exc import Unsupported
+from torchkiln.static_shapes import has_symbolic_values
 from torchkiln.stats import counters
 
 #: Bump when the record layout changes.
@@ -165,7 +166,8 @@ def store(fn: types.FunctionType, cfg: Any, entry: CacheEntry) -> None:
     path = record_path(fn.__code__, cfg)
     if path is None or entry.guard_set is None:
         return
-    if entry.guard_set.shapes is not None:  # symbolic sizes: a record would reload as static
+    # symbolic sizes (of inputs, or data-dependent ones): a record would reload as static
+    if entry.guard_set.shapes is not None or any(map(has_symbolic_values, entry.graphs)):
         counters["capture_cache"]["unportable"] += 1
         logs.artifact("capture_cache", "not kept: %s: symbolic sizes", fn.__code__.co_qualname)
         return

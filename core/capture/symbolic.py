@@ -45,6 +45,12 @@ class InputSource(Source):
         return GuardSource.LOCAL
 
 
+def unbacked_mode() -> FakeTensorMode:
+    """A fake mode whose ops with data-dependent output sizes (``nonzero``, ``x[mask]``) return
+    tensors sized by new unbacked symbols instead of raising."""
+    return FakeTensorMode(shape_env=ShapeEnv(allow_dynamic_output_shape_ops=True))
+
+
 def symbolic_fake(
     mode: FakeTensorMode, value: torch.Tensor, source: str, dims: dict[int, tuple[int, Any]]
 ) -> torch.Tensor:

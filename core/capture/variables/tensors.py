@@ -146,10 +146,10 @@ class SymNodeVariable(VariableTracker):
         return SYM_PYTHON_TYPES[type(self.value)]
 
     def as_python_constant(self) -> int | float | bool:
-        return self.python_type()(self.value)
+        return _specialize(self.python_type(), self.value)
 
     def truth(self, tx: Translator) -> bool:
-        return bool(self.value)
+        return _specialize(bool, self.value)
 
     def binary(
         self, tx: Translator, symbol: str, other: VariableTracker, reflected: bool
@@ -168,6 +168,21 @@ class SymNodeVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"SymNode({self.node.name}, {self.value})"
+
+
+def _specialize(kind: type, value: torch.SymInt | torch.SymFloat | torch.SymBool) -> object:
+    """``kind(value)``, guarded by the ShapeEnv; a size that depends on the data (``nonzero``'s
+    count) has no value to guard on, so Python needing it ends the graph."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    try:
+        return kind(value)
+    except GuardOnDataDependentSymNode as e:
+        raise Unsupported(
+            f"Python needs the value of {value}, a size that depends on the data "
+            "(unbacked): branch on it or convert it outside the compiled function, or keep it "
+            "symbolic (pass it to torch operations)"
+        ) from e
 
 
 def holds_size(vt: VariableTracker) -> bool:
