@@ -29,7 +29,7 @@ import torch
 from ..codegen.triton import _pow2
 from ..codegen.triton_launch import launcher_for
 from ..codegen.triton_templates import TEMPLATE_META, GemmLaunch, LibraryCall
-from .triton_kernels import compiled, tuning_problem
+from .triton_kernels import compiled, precompile_launches, tuning_problem
 from .tuner import Choice, TuningSettings, tune
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), best first, for float16 and bfloat16
@@ -121,10 +121,20 @@ class TunedGemm:
     def __call__(self, *tensors: torch.Tensor) -> None:
         launch = self._launch
         tf32 = tensors[0].is_cuda and torch.backends.cuda.matmul.allow_tf32
+        configs = {c.name: c for c in configs_for(launch)}
         choices = gemm_choices(self._template_fn, self._epilogue_fn, launch, tf32)
         problem = (*tuning_problem(launch.name, tensors), f"tf32={tf32}")
         in_place = [False] * len(tensors)  # a template only reads its inputs
-        winner = tune(launch.name, problem, choices, tensors, in_place, self._settings)
+
+        def warm(chosen: list[Choice]) -> None:
+            templates = [configs[c.name] for c in chosen if c.name in configs]
+            launches = [
+                (c.grid(launch), c.meta(launch.k, tf32), c.num_warps, c.num_stages)
+                for c in templates
+            ]
+            precompile_launches(self._template_fn, tensors, launches)
+
+        winner = tune(launch.name, problem, choices, tensors, in_place, self._settings, warm=warm)
         self._namespace[launch.name] = winner
         winner(*tensors)
 

@@ -37,35 +37,17 @@ class TunedKernel:
         problem = tuning_problem(launch.name, tensors)
 
         def warm(chosen: list[Choice]) -> None:
-            self._precompile([configs[c.name] for c in chosen], tensors)
+            settings = [configs[c.name] for c in chosen]
+            launches = [
+                (c.grid(launch.xnumel), dict(c.meta), c.num_warps, c.num_stages) for c in settings
+            ]
+            precompile_launches(self._fn, tensors, launches)
 
         winner = tune(
             launch.name, problem, choices, tensors, launch.in_place, self._settings, warm=warm
         )
         self._namespace[launch.name] = winner
         winner(*tensors)
-
-    def _precompile(self, configs: list[TritonConfig], tensors: tuple[torch.Tensor, ...]) -> None:
-        """Compile the candidates in worker processes (``triton_workers``): their builds
-        then load them from Triton's disk cache. Nothing to do for the interpreter."""
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if isinstance(self._fn, InterpretedFunction) or not tensors[0].is_cuda:
-            return
-        dtypes = tuple(t.dtype for t in tensors)
-        jobs = [
-            compile_job(
-                self._fn,
-                dtypes,
-                config.grid(self._launch.xnumel),
-                dict(config.meta),
-                config.num_warps,
-                config.num_stages,
-            )
-            for config in configs
-        ]
-        with torch.cuda.device(tensors[0].device):
-            precompile(jobs)
 
     def _choice(self, config: TritonConfig) -> Choice:
         def build(tensors: tuple[torch.Tensor, ...]):
@@ -76,6 +58,20 @@ class TunedKernel:
             return compiled(launcher, tensors)
 
         return Choice(config.name, build)
+
+
+def precompile_launches(fn, tensors: tuple[torch.Tensor, ...], launches: list[tuple]) -> None:
+    """Compile Triton function ``fn`` for ``tensors`` in each ``(grid, meta, num_warps,
+    num_stages)`` of ``launches`` in worker processes (``triton_workers``): the candidates'
+    builds then load them from Triton's disk cache. Nothing to do for the interpreter."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if isinstance(fn, InterpretedFunction) or not tensors[0].is_cuda:
+        return
+    dtypes = tuple(t.dtype for t in tensors)
+    jobs = [compile_job(fn, dtypes, *launch) for launch in launches]
+    with torch.cuda.device(tensors[0].device):
+        precompile(jobs)
 
 
 def compiled(launcher, tensors: tuple[torch.Tensor, ...]):
