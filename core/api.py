@@ -22,7 +22,12 @@ from torchkiln.chain import BackendChain, Link
 from torchkiln.compiled_module import CompiledModule
 from torchkiln.disk_cache import Uncacheable, stable_name
 from torchkiln.distributed import CompiledDDP, bucketed, is_ddp
-from torchkiln.exc import BackendCompilerFailed, InvalidBackendChain, InvalidOptionError
+from torchkiln.exc import (
+    BackendCompilerFailed,
+    InvalidBackendChain,
+    InvalidOptionError,
+    NeedsStaticShapes,
+)
 from torchkiln.options import check_options, did_you_mean, option_mapping
 from torchkiln.plugin import MODE_DESCRIPTIONS, MODES, Backend
 from torchkiln.registry import (
@@ -50,7 +55,8 @@ class GraphCompiler:
     (and by other compile calls with equal settings, which share captures too).
 
     ``static_shapes``: the backend takes no symbolic sizes (``Backend.dynamic_shapes``);
-    a graph with symbolic inputs is compiled once per concrete size (``static_shapes``).
+    a graph with symbolic inputs is compiled once per concrete size (``static_shapes``), as
+    is one whose backend raised ``NeedsStaticShapes``.
     """
 
     name: str
@@ -70,7 +76,11 @@ class GraphCompiler:
         compile_one = bucketed(self._compile)  # split at DDP's buckets inside a DDP forward
         if self.static_shapes and has_symbolic_inputs(gm):
             return PerSizeCompiled(gm, compile_one, example_inputs)
-        return compile_one(gm, example_inputs)
+        try:
+            return compile_one(gm, example_inputs)
+        except NeedsStaticShapes as e:
+            log.info("backend %r compiles this graph once per concrete size: %s", self.name, e)
+            return PerSizeCompiled(gm, compile_one, example_inputs)
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         try:
@@ -79,6 +89,8 @@ class GraphCompiler:
                 self.name,
                 lambda: _callable(self.compile_fn(gm, example_inputs, **self.options)),
             )
+        except NeedsStaticShapes:
+            raise  # not a failure: __call__ compiles per size
         except Exception as e:
             graph_text = gm.print_readable(print_output=False)
             if config.suppress_errors:

@@ -13,6 +13,8 @@ The last backend runs every op (it declares no capabilities).
 ``TORCHKILN_LOGS=partitions`` prints each graph's plan; the compiled graph keeps it
 as ``.partition_plan``. When every partial backend of the chain can store what it
 compiles, the plans go to the on-disk plan cache (``torchkiln.chain_cache``).
+A backend that can't express a graph's symbolic sizes (``NeedsStaticShapes``) compiles
+its partition once per concrete size (``torchkiln.static_shapes``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ import torch.fx as fx
 
 from torchkiln import config, logs, runtime_wrappers
 from torchkiln.aot.runtime import example_inputs_of
-from torchkiln.exc import InvalidBackendChain
+from torchkiln.exc import InvalidBackendChain, NeedsStaticShapes
 from torchkiln.partition import Partition, compute_nodes, group, split
 from torchkiln.plugin import Backend, Capabilities
+from torchkiln.static_shapes import PerSizeCompiled
 
 if TYPE_CHECKING:
     from torchkiln.chain_cache import ChainStore
@@ -260,6 +263,11 @@ class BackendChain:
         link = self.links[k]
         try:
             compiled = link.compile(gm, example_inputs)
+        except NeedsStaticShapes as e:
+            log.info("backend %r compiles %s once per concrete size: %s", link.name, what, e)
+            compiled = PerSizeCompiled(
+                gm, functools.partial(self._compile_part, k=k, what=what), None
+            )
         except Exception as e:
             if not link.partial:
                 raise

@@ -31,6 +31,14 @@ class NotImplementedYet(KilnError, NotImplementedError):
     """A declared feature (an option, a mode, a backend) is not built yet."""
 
 
+class NeedsStaticShapes(KilnError):
+    """A backend's compiler can't express this graph's symbolic sizes (it needs a concrete one).
+
+    The core catches it and compiles the graph once per concrete size instead
+    (``torchkiln.static_shapes.PerSizeCompiled``): raise it only for a graph with symbolic sizes.
+    """
+
+
 class BackendCompilerFailed(KilnError):
     """A backend raised while compiling a captured graph.
 

@@ -46,32 +46,56 @@ def has_symbolic_values(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-def static_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+def static_copy(gm: torch.fx.GraphModule, args: Sequence) -> torch.fx.GraphModule:
     """``gm`` without its symbolic fake values: it computes sizes from its inputs when it runs,
-    so a compiler that traces it with real or fake static inputs specializes it."""
+    so a compiler that traces it with real or fake static inputs specializes it. An aten graph
+    (one whose nodes carry ``meta["val"]``, as the AOT layer hands them to compilers) gets the
+    static fake values of ``args`` in their place."""
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
+    aten_graph = any("val" in node.meta for node in graph.nodes)
     for node in graph.nodes:
-        node.meta.pop("example_value", None)
-    return torch.fx.GraphModule(gm, graph)
+        for key in ("example_value", "val", "tensor_meta"):
+            node.meta.pop(key, None)
+    copy = torch.fx.GraphModule(gm, graph)
+    if aten_graph:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        with torch.no_grad():
+            FakeTensorProp(copy, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*args)
+    return copy
 
 
 def size_key(args: Sequence) -> tuple:
-    """The sizes and strides of a call's tensor arguments (the types of the others)."""
+    """The sizes and strides of a call's tensor arguments, the values of its ints (a static
+    copy bakes them in), the types of the others."""
     return tuple(
-        (tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else type(a) for a in args
+        (tuple(a.shape), a.stride())
+        if isinstance(a, torch.Tensor)
+        else a
+        if type(a) is int
+        else type(a)
+        for a in args
     )
 
 
 class PerSizeCompiled:
-    """Calls the graph compiled for the sizes of its arguments (compiling it the first time)."""
+    """Calls the graph compiled for the sizes of its arguments (compiling it the first time).
 
-    def __init__(self, gm: torch.fx.GraphModule, compile_static: Callable, example_inputs: list):
+    ``example_inputs`` (real or static fake values) are compiled for at once; ``None``, when
+    only symbolic fakes are at hand: the first call compiles.
+    """
+
+    def __init__(
+        self, gm: torch.fx.GraphModule, compile_static: Callable, example_inputs: list | None
+    ):
         self.gm = gm
         self.compile_static = compile_static
         self.compiled: dict[tuple, Callable] = {}
         self.warned = False
-        self._compile(size_key(tuple(example_inputs)), example_inputs)
+        if example_inputs is not None:
+            self._compile(size_key(tuple(example_inputs)), example_inputs)
 
     def _compile(self, key: tuple, args: Any) -> Callable:
         from torchkiln.capture.dispatch import compile_lock
@@ -90,7 +114,7 @@ class PerSizeCompiled:
                     return self.gm.forward
                 counters["static_shapes"]["specializations"] += 1
                 compiled = self.compiled[key] = self.compile_static(
-                    static_copy(self.gm), list(args)
+                    static_copy(self.gm, args), list(args)
                 )
         return compiled
 

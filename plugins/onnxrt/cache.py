@@ -37,19 +37,21 @@ class OnnxArtifact:
     input_names: list[str]
     output_metas: list[OutputMeta]
     output_slots: list[OutputSlot]
+    input_args: list[int]
     device: torch.device
     options: dict[str, Any]
 
 
 def dump(compiled: object) -> OnnxArtifact | None:
-    if not isinstance(compiled, OnnxRuntimeGraph):
-        return None
+    if not isinstance(compiled, OnnxRuntimeGraph) or compiled.converted.symbolic:
+        return None  # a model with dynamic dimensions is kept in memory only, as its plan
     converted = compiled.converted
     return OnnxArtifact(
         converted.model.SerializeToString(),
         list(converted.input_names),
         [OutputMeta(tuple(m.shape), m.dtype, m.device) for m in converted.output_metas],
         list(converted.output_slots),
+        list(compiled.input_args),
         compiled.device,
         dict(compiled.options),
     )
@@ -61,6 +63,7 @@ def load(artifact: OnnxArtifact) -> OnnxRuntimeGraph:
         artifact.input_names,
         artifact.output_metas,
         artifact.output_slots,
+        artifact.input_args,
     )
     return OnnxRuntimeGraph(converted, artifact.device, **artifact.options)
 

@@ -17,9 +17,16 @@ import onnx
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
-from torchkiln import logs
+from torchkiln import counters, logs
 from torchkiln.aot import keep_whole
-from torchkiln_onnxrt import ops_attention, ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401 (registers converters)
+from torchkiln_onnxrt import (  # noqa: F401 (registers converters)
+    ops_attention,
+    ops_elementwise,
+    ops_nn,
+    ops_reduce,
+    ops_shape,
+    ops_sizes,
+)
 from torchkiln_onnxrt.converter import convert_graph
 from torchkiln_onnxrt.dtypes import LOW_PRECISION
 from torchkiln_onnxrt.runtime import OnnxRuntimeGraph, graph_device, session_providers
@@ -67,12 +74,18 @@ def compile_aten_graph(
     dump_onnx_dir: str | None = None,
     intra_op_num_threads: int | None = None,
 ) -> Callable:
-    """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``."""
+    """Compile a functional aten graph to ``compiled(*flat_args) -> list``.
+
+    A graph with symbolic sizes becomes one model with named dynamic dimensions, or
+    raises ``NeedsStaticShapes`` (the core then compiles it per size).
+    ``torchkiln.counters["onnxrt"]["conversions"]`` counts the models made.
+    """
     _ensure_meta(gm, example_inputs)
     device = graph_device(gm)
     providers = session_providers(device, providers)
     on_cpu = providers[0] == "CPUExecutionProvider"
     converted = convert_graph(gm, float32_compute=LOW_PRECISION if on_cpu else ())
+    counters["onnxrt"]["conversions"] += 1
     graph_id = next(_graph_ids)
     if logs.enabled("output_code"):
         logs.artifact(

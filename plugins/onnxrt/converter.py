@@ -12,6 +12,12 @@ registered with ``@converts(torch.ops.aten.<op>.<overload>, ...)``. Its
 arguments are the node's, with every tensor replaced by a :class:`Value`
 (ONNX name, dtype, shape); it emits ONNX nodes through ``b`` and returns the
 ONNX name(s) of its result(s). The converters live in the ``ops_*`` modules.
+
+Symbolic sizes: a Value's shape may hold SymInts, and so may a converter's arguments
+(``view(x, [s0, 4])``). ``b.ints``, ``b.const`` and ``b.as_dtype`` compute them from the
+inputs' shapes (``torchkiln_onnxrt.sizes``), so one model serves every size; a converter
+that needs a concrete size asks ``sizes.concrete`` for it, which raises
+``NeedsStaticShapes`` on a symbolic one (the core then compiles per size).
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ import torch
 from onnx import helper
 from torch.utils._pytree import tree_leaves, tree_map_only
 
-from torchkiln.exc import NotImplementedYet
+from torchkiln.exc import NeedsStaticShapes, NotImplementedYet
 from torchkiln_onnxrt.dtypes import numpy_dtype, onnx_dtype, to_numpy
+from torchkiln_onnxrt.sizes import SizeSources, fold, is_symbolic, size_expr
 
 OPSET = 18
 IR_VERSION = 8
@@ -51,7 +58,7 @@ def converts(*targets: Any) -> Callable[[Converter], Converter]:
 
 @dataclass(frozen=True)
 class Value:
-    """A tensor of the ONNX graph being built: its name, dtype and static shape."""
+    """A tensor of the ONNX graph being built: its name, dtype and shape (ints and SymInts)."""
 
     name: str
     dtype: torch.dtype
@@ -66,8 +73,9 @@ class Value:
 class OutputSlot:
     """Where one output of the FX graph comes from when the model has run.
 
-    ``kind`` is ``"onnx"`` (``index`` into the model's outputs) or
-    ``"const"`` (``value`` is returned as it is: ``None`` or a Python number).
+    ``kind`` is ``"onnx"`` (``index`` into the model's outputs), ``"const"``
+    (``value`` is returned as it is: ``None`` or a Python number) or ``"size"``
+    (``value`` is a SymInt, computed from each call's arguments).
     """
 
     kind: str
@@ -77,12 +85,22 @@ class OutputSlot:
 
 @dataclass
 class ConvertedGraph:
-    """The ONNX model of a graph, its inputs' names, and how to assemble its outputs."""
+    """The ONNX model of a graph, its inputs' names, and how to assemble its outputs.
+
+    ``input_args``: the graph argument each ONNX input binds (None: the i-th binds the
+    i-th); ``sources``: where a call gives the symbols of its sizes (None: no symbols).
+    """
 
     model: onnx.ModelProto
     input_names: list[str]
     output_metas: list[torch.Tensor]
     output_slots: list[OutputSlot]
+    input_args: list[int] | None = None
+    sources: SizeSources | None = None
+
+    @property
+    def symbolic(self) -> bool:
+        return self.sources is not None and bool(self.sources.of)
 
 
 def meta_of(node: torch.fx.Node) -> Any:
@@ -100,25 +118,25 @@ def out_dtype(node: torch.fx.Node, index: int = 0) -> torch.dtype:
     return (val[index] if isinstance(val, (tuple, list)) else val).dtype
 
 
-def out_shape(node: torch.fx.Node, index: int = 0) -> tuple[int, ...]:
+def out_shape(node: torch.fx.Node, index: int = 0) -> tuple[int | torch.SymInt, ...]:
     val = meta_of(node)
-    return static_shape(val[index] if isinstance(val, (tuple, list)) else val)
+    return tuple((val[index] if isinstance(val, (tuple, list)) else val).shape)
 
 
-def static_shape(t: torch.Tensor) -> tuple[int, ...]:
-    shape = tuple(t.shape)
-    if not all(isinstance(d, int) for d in shape):
-        raise NotImplementedYet(
-            f"the onnxrt backend compiles static shapes only, got symbolic sizes {shape}; "
-            "compile with dynamic=False"
-        )
-    return shape
+def _value_info(name: str, dtype: torch.dtype, shape: Sequence) -> onnx.ValueInfoProto:
+    """A graph input or output; a symbolic size becomes a named dimension (its expression)."""
+    dims = [str(size_expr(d)) if is_symbolic(d) else int(d) for d in shape]
+    return helper.make_tensor_value_info(name, onnx_dtype(dtype), dims)
 
 
 class GraphBuilder:
     """Accumulates ONNX nodes and initializers; converters emit through it."""
 
-    def __init__(self) -> None:
+    def __init__(self, sources: SizeSources | None = None) -> None:
+        #: where a call gives each symbol, and the ONNX input of each graph argument
+        self.sources = sources
+        self.arg_inputs: dict[int, str] = {}
+        self._sizes: dict[Any, str] = {}
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._ids = itertools.count()
@@ -137,7 +155,14 @@ class GraphBuilder:
         return names[0] if outputs == 1 else names
 
     def const(self, value: Any, dtype: torch.dtype) -> str:
-        """An initializer holding ``value`` (a number, nested list or array) as ``dtype``."""
+        """An initializer holding ``value`` (a number, nested list or array) as ``dtype``;
+        a symbolic number (SymInt) is computed from the inputs' shapes instead."""
+        if is_symbolic(value):
+            return self.as_dtype(value, dtype)
+        if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+            value = value.node.pytype(value)  # a number the ShapeEnv fixes: no guard
+        if isinstance(value, list | tuple) and any(map(is_symbolic, tree_leaves(value))):
+            raise NeedsStaticShapes(f"the onnxrt converter needs a constant, got sizes {value}")
         array = np.asarray(value, dtype=numpy_dtype(dtype))
         key = (array.dtype.str, array.shape, array.tobytes())
         if key in self._const_cache:
@@ -150,8 +175,41 @@ class GraphBuilder:
         return name
 
     def ints(self, values: Sequence[int]) -> str:
-        """A 1-D int64 initializer, the form ONNX takes shapes, axes and pads in."""
-        return self.const(list(values), torch.int64)
+        """A 1-D int64 tensor, the form ONNX takes shapes, axes and pads in: an initializer,
+        or computed from the inputs' shapes when a value is symbolic."""
+        values = list(values)
+        if not any(map(is_symbolic, values)):
+            return self.const([int(v) for v in values], torch.int64)
+        return self.op("Concat", [self.size(v) for v in values], axis=0)
+
+    def size(self, size: int | torch.SymInt) -> str:
+        """A size as a 1-D int64 tensor of one element, computed from the inputs' shapes."""
+        expr = size_expr(size)
+        if expr not in self._sizes:
+            self._sizes[expr] = fold(
+                expr, self._symbol, lambda n: self.const([n], torch.int64), self._apply
+            )
+        return self._sizes[expr]
+
+    def _symbol(self, symbol: Any) -> str:
+        if self.sources is None:
+            raise NeedsStaticShapes(f"the onnxrt converter has no input giving the size {symbol}")
+        arg, dim = self.sources.source(symbol)
+        name = self.arg_inputs[arg]
+        if dim is None:
+            return self.reshape(name, [1])
+        return self.op("Shape", [name], start=dim, end=dim + 1)
+
+    def _apply(self, operation: str, a: str, b: str) -> str:
+        """One integer operation of :func:`torchkiln_onnxrt.sizes.fold` (Python's semantics)."""
+        if operation == "floordiv":  # exact: ONNX's integer Div truncates toward zero
+            return self.op("Div", [self.op("Sub", [a, self._apply("mod", a, b)]), b])
+        if operation == "ceildiv":
+            return self.op("Neg", [self._apply("floordiv", self.op("Neg", [a]), b)])
+        if operation == "mod":
+            return self.op("Mod", [a, b], fmod=0)  # the divisor's sign, as Python's %
+        onnx_op = {"add": "Add", "mul": "Mul", "max": "Max", "min": "Min"}[operation]
+        return self.op(onnx_op, [a, b])
 
     def as_dtype(self, x: Value | float | int | bool, dtype: torch.dtype) -> str:
         """``x`` as an ONNX tensor of ``dtype``: cast a Value, make a constant of a number."""
@@ -159,8 +217,10 @@ class GraphBuilder:
             if x.dtype == dtype:
                 return x.name
             return self.op("Cast", [x.name], to=onnx_dtype(dtype))
-        if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
-            raise NotImplementedYet("the onnxrt backend compiles static shapes only (got a SymInt)")
+        if isinstance(x, torch.SymFloat | torch.SymBool) and is_symbolic(x):
+            raise NeedsStaticShapes(f"the onnxrt converter computes integer sizes only, not {x}")
+        if is_symbolic(x):
+            return self.op("Cast", [self.reshape(self.size(x), [])], to=onnx_dtype(dtype))
         return self.const(x, dtype)
 
     def transpose_2d(self, name: str) -> str:
@@ -184,34 +244,50 @@ class GraphBuilder:
 def convert_graph(
     gm: torch.fx.GraphModule, float32_compute: Sequence[torch.dtype] = ()
 ) -> ConvertedGraph:
-    """Convert ``gm`` (functional aten graph, flat tensor inputs, flat tuple output).
+    """Convert ``gm`` (functional aten graph, flat inputs, flat tuple output).
 
-    Ops on tensors of a dtype in ``float32_compute`` (bfloat16, float16: the CPU
-    provider lacks most of their kernels) compute in float32 and round their results
-    back, one aten op at a time, as eager does on the CPU: inputs and outputs keep
-    their dtypes.
+    Inputs are tensors and sizes (ints, SymInts). Ops on tensors of a dtype in
+    ``float32_compute`` (bfloat16, float16: the CPU provider lacks most of their
+    kernels) compute in float32 and round their results back, one aten op at a time, as
+    eager does on the CPU: inputs and outputs keep their dtypes. Raises
+    ``NeedsStaticShapes`` when a symbolic size can't be expressed in ONNX.
     """
-    b = GraphBuilder()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    example_inputs = [meta_of(n) for n in placeholders]
+    shape_env = _shape_env(example_inputs)
+    guards = len(shape_env.guards) if shape_env is not None else 0
+    b = GraphBuilder(SizeSources(example_inputs))
     env: dict[torch.fx.Node, Any] = {}
     graph_inputs: list[onnx.ValueInfoProto] = []
     input_names: list[str] = []
+    input_args: list[int] = []
+    for arg, (node, val) in enumerate(zip(placeholders, example_inputs)):
+        env[node] = val
+        if isinstance(val, torch.Tensor):
+            dtype, shape = val.dtype, tuple(val.shape)
+        elif arg in b.sources.scalar_args:  # a SymInt no tensor's size gives
+            dtype, shape = torch.int64, ()
+        elif isinstance(val, int | torch.SymInt):
+            continue  # computed from the tensors' sizes, or traced for this value
+        elif is_symbolic(val):
+            raise NeedsStaticShapes(f"graph input {node.name} is a symbolic {type(val).__name__}")
+        else:
+            raise NotImplementedYet(
+                f"graph input {node.name} is a {type(val).__name__}: the onnxrt backend takes "
+                "tensors and integer sizes"
+            )
+        name = f"in_{len(input_names)}_{node.name}"
+        graph_inputs.append(_value_info(name, dtype, shape))
+        input_names.append(name)
+        input_args.append(arg)
+        b.arg_inputs[arg] = name
+        if isinstance(val, torch.Tensor):
+            env[node] = Value(name, dtype, shape)
     output_node = None
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            val = meta_of(node)
-            if not isinstance(val, torch.Tensor):
-                raise NotImplementedYet(
-                    f"graph input {node.name} is a {type(val).__name__}, not a tensor: "
-                    "the onnxrt backend compiles static shapes only; compile with dynamic=False"
-                )
-            name = f"in_{len(input_names)}_{node.name}"
-            value = Value(name, val.dtype, static_shape(val))
-            graph_inputs.append(
-                helper.make_tensor_value_info(name, onnx_dtype(value.dtype), value.shape)
-            )
-            input_names.append(name)
-            env[node] = value
-        elif node.op == "get_attr":
+            continue
+        if node.op == "get_attr":
             tensor = getattr(gm, node.target)
             if not isinstance(tensor, torch.Tensor):
                 raise NotImplementedYet(f"get_attr {node.target} is not a tensor")
@@ -227,7 +303,25 @@ def convert_graph(
                 f"({node.format_node()}); run the graph through torchkiln.aot first"
             )
     assert output_node is not None
-    return _finish(b, graph_inputs, input_names, output_node, env)
+    if shape_env is not None and len(shape_env.guards) > guards:
+        raise NeedsStaticShapes(
+            "converting needed concrete sizes (it guarded "
+            f"{shape_env.guards[guards].expr}): a converter compares symbolic sizes"
+        )
+    converted = _finish(b, graph_inputs, input_names, output_node, env)
+    converted.input_args = input_args
+    converted.sources = b.sources
+    return converted
+
+
+def _shape_env(example_inputs: Sequence[Any]) -> Any:
+    """The ShapeEnv of the graph's symbolic sizes, or None when it has none."""
+    for val in example_inputs:
+        sizes = val.shape if isinstance(val, torch.Tensor) else [val]
+        for size in sizes:
+            if isinstance(size, torch.SymInt):
+                return size.node.shape_env
+    return None
 
 
 def _convert_call(
@@ -252,12 +346,16 @@ def _convert_call(
         result = converter(b, node, *args, **kwargs)
     if isinstance(val, (tuple, list)):
         return [
-            Value(name, v.dtype, static_shape(v)) if isinstance(v, torch.Tensor) else None
+            Value(name, v.dtype, tuple(v.shape)) if isinstance(v, torch.Tensor) else None
             for name, v in zip(result, val)
         ]
+    if isinstance(val, int | torch.SymInt):  # a size: its converter returns it as it is
+        return result
+    if is_symbolic(val):
+        raise NeedsStaticShapes(f"{target} computes a {type(val).__name__}, not an integer size")
     if not isinstance(val, torch.Tensor):
         raise NotImplementedYet(f"{target} returns a {type(val).__name__}, not a tensor")
-    return Value(result, val.dtype, static_shape(val))
+    return Value(result, val.dtype, tuple(val.shape))
 
 
 def _has_dtype(tree: Any, dtypes: tuple[torch.dtype, ...]) -> bool:
@@ -288,9 +386,7 @@ def _convert_in_float32(
         )
 
     def widen_meta(t: torch.Tensor) -> torch.Tensor:
-        if t.dtype not in dtypes:
-            return t
-        return torch.empty(static_shape(t), dtype=torch.float32, device="meta")
+        return t.to(torch.float32) if t.dtype in dtypes else t
 
     val = node.meta["val"]
     node.meta["val"] = tree_map_only(torch.Tensor, widen_meta, val)
@@ -334,6 +430,10 @@ def _finish(
             slots.append(OutputSlot("onnx", index_of[result]))
             continue
         value = env[result]
+        if not isinstance(value, Value):  # a size
+            kind = "size" if is_symbolic(value) else "const"
+            slots.append(OutputSlot(kind, value=value if kind == "size" else int(value)))
+            continue
         name = value.name
         if name in input_names or name in b.constant_names or name in output_names:
             # ONNX forbids inputs and initializers as outputs, and outputs named twice.
@@ -341,7 +441,7 @@ def _finish(
         output_names.add(name)
         index_of[result] = len(outputs)
         slots.append(OutputSlot("onnx", len(outputs)))
-        outputs.append(helper.make_tensor_value_info(name, onnx_dtype(value.dtype), value.shape))
+        outputs.append(_value_info(name, value.dtype, value.shape))
         output_metas.append(meta_of(result))
     nodes = _live_nodes(b.nodes, [o.name for o in outputs])
     used = {name for node in nodes for name in node.input}

@@ -14,6 +14,7 @@ import torch
 
 from torchkiln.exc import NotImplementedYet
 from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype
+from torchkiln_onnxrt.sizes import concrete, is_symbolic, same_sizes
 
 aten = torch.ops.aten
 
@@ -37,21 +38,34 @@ def _scores(
         raise NotImplementedYet(
             "the onnxrt backend cannot replay the dropout mask of fused attention"
         )
-    if q.shape[:-2] != k.shape[:-2]:
+    if not same_sizes(q.shape[:-2], k.shape[:-2]):
+        concrete([*q.shape[:-2], *k.shape[:-2]], "attention heads")
         raise NotImplementedYet("the onnxrt backend's attention needs as many key as query heads")
     ndim = q.ndim
-    scale = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    if scale is None:
+        scale = 1 / math.sqrt(concrete(q.shape[-1:], "attention's scale")[0])
     scale_c = b.const(scale, dtype)
     scores = b.op("Mul", [b.op("MatMul", [q.name, _swap_last(b, k.name, ndim)]), scale_c])
     if is_causal:
-        keep = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool))
-        scores = b.op("Where", [b.const(keep, torch.bool), scores, b.const(-math.inf, dtype)])
+        scores = b.op(
+            "Where", [_causal(b, q.shape[-2], k.shape[-2]), scores, b.const(-math.inf, dtype)]
+        )
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             scores = b.op("Where", [attn_mask.name, scores, b.const(-math.inf, dtype)])
         else:
             scores = b.op("Add", [scores, b.as_dtype(attn_mask, dtype)])
     return scores, scale_c
+
+
+def _causal(b: GraphBuilder, queries, keys) -> str:
+    """Which key each query sees: ``key <= query`` (the lower triangle, from the top left)."""
+    if not is_symbolic(queries) and not is_symbolic(keys):
+        return b.const(np.tril(np.ones((queries, keys), dtype=bool)), torch.bool)
+    one = b.const(1, torch.int64)
+    rows = b.op("Range", [b.const(0, torch.int64), b.as_dtype(queries, torch.int64), one])
+    columns = b.op("Range", [b.const(0, torch.int64), b.as_dtype(keys, torch.int64), one])
+    return b.op("LessOrEqual", [columns, b.reshape(rows, [-1, 1])])
 
 
 @converts(aten._scaled_dot_product_flash_attention_for_cpu.default)

@@ -13,6 +13,7 @@ import torch
 from torchkiln.exc import NotImplementedYet
 from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype, out_shape
 from torchkiln_onnxrt.dtypes import onnx_dtype
+from torchkiln_onnxrt.sizes import concrete, is_symbolic
 
 aten = torch.ops.aten
 
@@ -89,7 +90,8 @@ def convolution_backward(
 
 def _conv_input_grad(b, grad: Value, x: Value, weight: Value, stride, pads, dilation, attrs) -> str:
     """dX as a transposed conv; output_padding adds back the rows the stride skipped."""
-    kernel = weight.shape[2:]
+    kernel = concrete(weight.shape[2:], "a convolution's kernel")
+    concrete([*x.shape[2:], *grad.shape[2:]], "a convolution's input gradient")
     extra = [
         x.shape[2 + i]
         - ((grad.shape[2 + i] - 1) * stride[i] - 2 * pads[i] + dilation[i] * (kernel[i] - 1) + 1)
@@ -232,7 +234,8 @@ def avg_pool_backward(
     kernel = _per_dim(kernel_size, spatial)
     strides = _per_dim(stride or kernel_size, spatial)
     pads = _per_dim(padding, spatial)
-    space, out_space = list(x.shape[-spatial:]), list(grad.shape[-spatial:])
+    space = list(concrete(x.shape[-spatial:], "avg_pool's backward divisors"))
+    out_space = list(concrete(grad.shape[-spatial:], "avg_pool's backward divisors"))
     dtype = out_dtype(node)
     pool = {2: torch.nn.functional.avg_pool2d, 3: torch.nn.functional.avg_pool3d}[spatial]
     ones = torch.ones([1, 1, *space], dtype=torch.float64)
@@ -257,6 +260,7 @@ def avg_pool_backward(
 
 
 def _adaptive_factors(op: str, in_space, out_space) -> list[int]:
+    in_space, out_space = concrete(in_space, op), concrete(out_space, op)
     if any(o == 0 or i % o for i, o in zip(in_space, out_space)):
         raise NotImplementedYet(
             f"the onnxrt backend's {op} converter handles output sizes that divide the input "
@@ -305,26 +309,30 @@ def upsample_nearest_backward(
     return b.reshape(summed, list(input_size))
 
 
+def _random(b: GraphBuilder, op: str, shape, dtype: torch.dtype) -> str:
+    """Samples of ``shape``; a symbolic one takes the ``*Like`` op, shaped by a tensor."""
+    if not any(map(is_symbolic, shape)):
+        return b.op(op, [], shape=list(shape), dtype=onnx_dtype(dtype))
+    shaped = b.op("Expand", [b.const(0, dtype), b.ints(shape)])
+    return b.op(f"{op}Like", [shaped], dtype=onnx_dtype(dtype))
+
+
 @converts(aten.rand_like.default, aten.rand.default)
 def rand(b: GraphBuilder, node, *_, **__) -> str:
     """Uniform samples from onnxruntime's generator (not torch's: seeds do not carry over)."""
-    dtype = out_dtype(node)
-    return b.op("RandomUniform", [], shape=list(out_shape(node)), dtype=onnx_dtype(dtype))
+    return _random(b, "RandomUniform", out_shape(node), out_dtype(node))
 
 
 @converts(aten.randn_like.default, aten.randn.default)
 def randn(b: GraphBuilder, node, *_, **__) -> str:
     """Normal samples from onnxruntime's generator (not torch's: seeds do not carry over)."""
-    dtype = out_dtype(node)
-    return b.op("RandomNormal", [], shape=list(out_shape(node)), dtype=onnx_dtype(dtype))
+    return _random(b, "RandomNormal", out_shape(node), out_dtype(node))
 
 
 @converts(aten.bernoulli.p)
 def bernoulli(b: GraphBuilder, node, x: Value, p: float = 0.5, **_) -> str:
     """Ones with probability ``p``, from onnxruntime's generator (seeds do not carry over)."""
-    uniform = b.op(
-        "RandomUniform", [], shape=list(out_shape(node)), dtype=onnx_dtype(torch.float32)
-    )
+    uniform = _random(b, "RandomUniform", out_shape(node), torch.float32)
     hits = b.op("Less", [uniform, b.const(p, torch.float32)])
     return b.op("Cast", [hits], to=onnx_dtype(out_dtype(node)))
 

@@ -8,6 +8,7 @@ import torch
 
 from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype, out_shape
 from torchkiln_onnxrt.dtypes import onnx_dtype
+from torchkiln_onnxrt.sizes import concrete, is_symbolic, known_nonnegative
 
 aten = torch.ops.aten
 
@@ -93,8 +94,11 @@ def var(b: GraphBuilder, node, x: Value, dim=None, *, correction=None, keepdim: 
     centered = b.op("Sub", [data, mean])
     squares = b.op("Mul", [centered, centered])
     sum_sq = b.op("ReduceSum", [squares, b.ints(axes)], keepdims=int(keepdim))
-    count = math.prod(x.shape[a] for a in axes)
-    divisor = max(count - (1 if correction is None else correction), 0)
+    divisor = math.prod(x.shape[a] for a in axes) - (1 if correction is None else correction)
+    if not is_symbolic(divisor):
+        divisor = max(divisor, 0)
+    elif not known_nonnegative(divisor):
+        concrete([divisor], "a variance's divisor")
     variance = b.op("Div", [sum_sq, b.const(divisor, dtype)])
     if node.target is aten.var.correction:
         return variance
@@ -160,7 +164,7 @@ def cumprod(b: GraphBuilder, node, x: Value, dim: int, dtype=None) -> str:
     if x.ndim == 0:
         return data
     axis = dim + x.ndim if dim < 0 else dim
-    length = x.shape[axis]
+    (length,) = concrete([x.shape[axis]], "a cumprod's steps")
     shift = 1
     while shift < length:
         pads = [0] * (2 * x.ndim)

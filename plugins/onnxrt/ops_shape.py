@@ -1,7 +1,8 @@
 """Converters of view, layout, indexing and tensor-creation aten ops.
 
-Shapes are static, so every view becomes a ``Reshape``/``Transpose``/``Slice``
-to the size make_fx recorded, and creation ops become constants.
+Every view becomes a ``Reshape``/``Transpose``/``Slice`` to the size make_fx recorded
+(computed from the inputs' shapes where it is symbolic), and creation ops of static
+sizes become constants.
 """
 
 from __future__ import annotations
@@ -9,12 +10,29 @@ from __future__ import annotations
 import torch
 
 from torchkiln.exc import NotImplementedYet
-from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype, out_shape
+from torchkiln_onnxrt.converter import (
+    GraphBuilder,
+    Value,
+    converts,
+    meta_of,
+    out_dtype,
+    out_shape,
+)
 from torchkiln_onnxrt.dtypes import to_numpy
+from torchkiln_onnxrt.sizes import (
+    broadcast,
+    concrete,
+    is_symbolic,
+    known_nonnegative,
+    same_sizes,
+)
 
 aten = torch.ops.aten
 
 INT64_MAX = 2**63 - 1
+
+#: The dtypes ONNX's Range makes, which an arange of symbolic bounds becomes.
+RANGE_DTYPES = (torch.int64, torch.int32, torch.float32, torch.float64)
 
 
 def _dim(dim: int, ndim: int) -> int:
@@ -67,18 +85,21 @@ def transpose(b: GraphBuilder, node, x: Value, dim0: int, dim1: int) -> str:
 @converts(aten.select.int)
 def select(b: GraphBuilder, node, x: Value, dim: int, index: int) -> str:
     dim = _dim(dim, x.ndim)
-    index = index + x.shape[dim] if index < 0 else index
-    return b.op("Gather", [x.name, b.const(index, torch.int64)], axis=dim)
+    if not known_nonnegative(index):
+        index = index + x.shape[dim]
+        if not known_nonnegative(index):
+            concrete([index], "a select's index")
+    return b.op("Gather", [x.name, b.as_dtype(index, torch.int64)], axis=dim)
 
 
 @converts(aten.slice.Tensor)
 def slice_(
     b: GraphBuilder, node, x: Value, dim: int = 0, start=None, end=None, step: int = 1
 ) -> str:
+    # ONNX's Slice clamps start and end and counts negative ones from the end, as Python does
+    start = 0 if start is None else start
+    end = INT64_MAX if end is None else end
     dim = _dim(dim, x.ndim)
-    size = x.shape[dim]
-    start, end, _ = slice(start, end, step).indices(size)
-    end = max(end, start)
     return b.op("Slice", [x.name, b.ints([start]), b.ints([end]), b.ints([dim]), b.ints([step])])
 
 
@@ -87,25 +108,27 @@ def cat(b: GraphBuilder, node, tensors: list[Value], dim: int = 0) -> str:
     dtype = out_dtype(node)
     ndim = len(out_shape(node))
     # torch.cat skips legacy empty 1-D tensors whatever the rank of the others.
-    parts = [t for t in tensors if not (t.shape == (0,) and ndim != 1)]
+    parts = [t for t in tensors if not (ndim != 1 and t.ndim == 1 and _is_zero(t.shape[0]))]
     return b.op("Concat", [b.as_dtype(t, dtype) for t in parts], axis=_dim(dim, ndim))
+
+
+def _is_zero(size) -> bool:
+    return not is_symbolic(size) and size == 0
 
 
 @converts(aten.split_with_sizes.default, aten.split.Tensor)
 def split(b: GraphBuilder, node, x: Value, split, dim: int = 0) -> list[str]:
     dim = _dim(dim, x.ndim)
-    if isinstance(split, int):
-        size = x.shape[dim]
-        split = [min(split, size - start) for start in range(0, size, split)] or [0]
-    if len(split) == 1:
+    sizes = [part.shape[dim] for part in meta_of(node)]  # as many as the graph has outputs
+    if len(sizes) == 1:
         return [x.name]
-    return b.op("Split", [x.name, b.ints(split)], outputs=len(split), axis=dim)
+    return b.op("Split", [x.name, b.ints(sizes)], outputs=len(sizes), axis=dim)
 
 
 @converts(aten.unbind.int)
 def unbind(b: GraphBuilder, node, x: Value, dim: int = 0) -> list[str]:
     dim = _dim(dim, x.ndim)
-    count = x.shape[dim]
+    count = len(meta_of(node))
     parts = (
         [x.name]
         if count == 1
@@ -171,7 +194,7 @@ def scatter(b: GraphBuilder, node, x: Value, dim: int, index: Value, src) -> str
         src = _as_1d(b, src) if isinstance(src, Value) else src
         return b.reshape(scatter(b, node, _as_1d(b, x), 0, _as_1d(b, index), src), [])
     dtype = out_dtype(node)
-    if isinstance(src, Value) and src.shape != index.shape:
+    if isinstance(src, Value) and not same_sizes(src.shape, index.shape):
         src = Value(
             b.op(
                 "Slice",
@@ -209,12 +232,12 @@ def _index_tensors(op: str, indices) -> list[tuple[int, Value]]:
 
 def _stacked_indices(b: GraphBuilder, x: Value, given) -> tuple[str, tuple[int, ...]]:
     """Broadcast index tensors, wrap negatives, stack them on a new last axis (GatherND form)."""
-    shape = tuple(torch.broadcast_shapes(*(i.shape for _, i in given)))
+    shape = broadcast([i.shape for _, i in given])
     columns = []
     for dim, index in given:
         idx = b.op("Expand", [b.as_dtype(index, torch.int64), b.ints(shape)])
         negative = b.op("Less", [idx, b.const(0, torch.int64)])
-        wrapped = b.op("Add", [idx, b.const(x.shape[dim], torch.int64)])
+        wrapped = b.op("Add", [idx, b.as_dtype(x.shape[dim], torch.int64)])
         idx = b.op("Where", [negative, wrapped, idx])
         columns.append(b.reshape(idx, (*shape, 1)))
     stacked = columns[0] if len(columns) == 1 else b.op("Concat", columns, axis=-1)
@@ -283,10 +306,7 @@ def copy(b: GraphBuilder, node, x: Value, src: Value, non_blocking: bool = False
 
 
 def _filled(b: GraphBuilder, node, value) -> str:
-    dtype = out_dtype(node)
-    if isinstance(value, Value):
-        return b.op("Expand", [b.as_dtype(value, dtype), b.ints(out_shape(node))])
-    return b.op("Expand", [b.const(value, dtype), b.ints(out_shape(node))])
+    return b.op("Expand", [b.as_dtype(value, out_dtype(node)), b.ints(out_shape(node))])
 
 
 @converts(aten.full.default, aten.new_full.default)
@@ -333,4 +353,9 @@ def scalar_tensor(b: GraphBuilder, node, value, **_) -> str:
 @converts(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def arange(b: GraphBuilder, node, *args, **_) -> str:
     dtype = out_dtype(node)
-    return b.const(to_numpy(torch.arange(*args, dtype=dtype)), dtype)
+    if not any(map(is_symbolic, args)):
+        return b.const(to_numpy(torch.arange(*args, dtype=dtype)), dtype)
+    if dtype not in RANGE_DTYPES:
+        concrete(args, f"an arange of {dtype}")
+    start, end, step = (0, *args, 1) if len(args) == 1 else (*args, 1)[:3]
+    return b.op("Range", [b.as_dtype(v, dtype) for v in (start, end, step)])

@@ -4,7 +4,8 @@ Inputs are bound by pointer (a copy only for non-contiguous tensors) and the
 outputs are torch tensors allocated up front and bound as ONNX outputs, so no
 data goes through numpy or the host on either side: the same I/O-binding path
 runs CPU tensors on the CPU provider and CUDA tensors on the CUDA provider
-(``onnxruntime-gpu``), which is chosen from the tensors' device.
+(``onnxruntime-gpu``), which is chosen from the tensors' device. A model with dynamic
+dimensions sizes its outputs per call, from the arguments' sizes.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class OnnxRuntimeGraph:
             "intra_op_num_threads": intra_op_num_threads,
         }
         self.input_names = converted.input_names
+        self.input_args = converted.input_args or list(range(len(self.input_names)))
         self.output_slots = converted.output_slots
         self.output_metas = converted.output_metas
         self.output_names = [o.name for o in converted.model.graph.output]
@@ -121,25 +123,42 @@ class OnnxRuntimeGraph:
         self._device_type = device.type
         self._device_id = device.index or 0
         self._placeholder = torch.empty(1, dtype=torch.float64, device=device)
-        # Read once, not on every call: what each output is allocated as, and which are CPU
+        # Read once, not on every call: what each output is allocated as (a shape, or how a
+        # call's arguments give it), the sizes the graph returns, and which outputs are CPU
         # scalars of a CUDA graph (returned on the CPU, as eager does).
-        self._output_specs = [(tuple(m.shape), m.dtype) for m in self.output_metas]
+        sources = converted.sources
+        self._output_specs = [
+            (sources.shape(m.shape) if sources else tuple(m.shape), m.dtype)
+            for m in self.output_metas
+        ]
+        self._sizes = {
+            j: sources.python(s.value) for j, s in enumerate(self.output_slots) if s.kind == "size"
+        }
         self._cpu_scalar_outputs = [
             i for i, m in enumerate(self.output_metas) if m.device != device
         ]
 
     def __call__(self, *args: torch.Tensor) -> list:
         results = self._run(args) if self.session is not None else []
-        return [results[s.index] if s.kind == "onnx" else s.value for s in self.output_slots]
+        return [
+            results[s.index]
+            if s.kind == "onnx"
+            else self._sizes[j](args)
+            if s.kind == "size"
+            else s.value
+            for j, s in enumerate(self.output_slots)
+        ]
 
     def _run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         binding = self.session.io_binding()
         # Keep the contiguous copies (and CPU scalars moved to the device) alive until the run is over.
-        inputs = [self._on_device(arg).contiguous() for arg in args]
+        inputs = [self._on_device(self._as_tensor(args[i])).contiguous() for i in self.input_args]
         for name, tensor in zip(self.input_names, inputs, strict=True):
             self._bind(binding.bind_input, name, tensor)
         outputs = [
-            torch.empty(shape, dtype=dtype, device=self.device)
+            torch.empty(
+                shape if type(shape) is tuple else shape(args), dtype=dtype, device=self.device
+            )
             for shape, dtype in self._output_specs
         ]
         for name, tensor in zip(self.output_names, outputs):
@@ -151,6 +170,11 @@ class OnnxRuntimeGraph:
         for i in self._cpu_scalar_outputs:
             outputs[i] = outputs[i].cpu()
         return outputs
+
+    @staticmethod
+    def _as_tensor(arg: torch.Tensor | int) -> torch.Tensor:
+        """A size argument (an ONNX input of the model) as a 0-dim int64 tensor."""
+        return arg if isinstance(arg, torch.Tensor) else torch.tensor(arg, dtype=torch.int64)
 
     def _on_device(self, arg: torch.Tensor) -> torch.Tensor:
         """``arg`` on the graph's device: a 0-dim CPU tensor is moved there, as eager allows."""

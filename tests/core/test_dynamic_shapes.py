@@ -244,3 +244,23 @@ def test_linear_of_a_3d_input_with_symbolic_sizes_stays_in_one_graph():
         x = torch.randn(b, t, 16)
         torch.testing.assert_close(compiled(x, w), project(x, w))
     assert frames() == 1
+
+
+def test_backend_that_needs_static_shapes_for_a_graph_gets_it_per_size(caplog):
+    from torchkiln.exc import NeedsStaticShapes
+    from torchkiln.static_shapes import has_symbolic_inputs
+
+    def backend(gm, example_inputs):
+        if has_symbolic_inputs(gm):
+            raise NeedsStaticShapes("this backend needs concrete sizes for heads")
+        return gm.forward
+
+    compiled = torchkiln.compile(heads, backend=backend, dynamic=True)
+    w = torch.randn(16, 16)
+    with caplog.at_level(logging.INFO, logger="torchkiln"):
+        for t in (3, 5, 8, 5):
+            x = torch.randn(2, t, 16)
+            torch.testing.assert_close(compiled(x, w), heads(x, w))
+    assert frames() == 1
+    assert torchkiln.counters["static_shapes"]["specializations"] == 3  # sizes 3, 5 and 8
+    assert "once per concrete size: this backend needs concrete sizes" in caplog.text

@@ -102,13 +102,6 @@ def test_dump_onnx_dir_writes_forward_and_backward_models(tmp_path):
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
 
 
-def test_symbolic_shapes_raise_not_implemented():
-    x = torch.randn(4, 3)
-    gm = make_fx(lambda x: x * 2, tracing_mode="symbolic")(x)
-    with pytest.raises(NotImplementedYet, match="static shapes"):
-        compile_aten_graph(gm, [x])
-
-
 def test_cuda_graph_without_the_cuda_provider_names_onnxruntime_gpu(monkeypatch):
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
     with pytest.raises(BackendUnavailable, match="pip install onnxruntime-gpu"):
