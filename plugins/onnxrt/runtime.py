@@ -123,6 +123,9 @@ class OnnxRuntimeGraph:
         self._device_type = device.type
         self._device_id = device.index or 0
         self._placeholder = torch.empty(1, dtype=torch.float64, device=device)
+        self._ort_device = onnxruntime.OrtDevice.make(
+            device.type, device.index or 0
+        )._get_c_device()
         # Read once, not on every call: what each output is allocated as (a shape, or how a
         # call's arguments give it), the sizes the graph returns, and which outputs are CPU
         # scalars of a CUDA graph (returned on the CPU, as eager does).
@@ -150,7 +153,10 @@ class OnnxRuntimeGraph:
         ]
 
     def _run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        binding = self.session.io_binding()
+        # the C binding, not ``session.io_binding()``: its Python wrapper builds a device
+        # object per tensor and checks CUDA-graph pinning per call, over half of the call
+        # of a small graph
+        binding = onnxruntime.capi._pybind_state.SessionIOBinding(self.session._sess)
         # Keep the contiguous copies (and CPU scalars moved to the device) alive until the run is over.
         inputs = [self._on_device(self._as_tensor(args[i])).contiguous() for i in self.input_args]
         for name, tensor in zip(self.input_names, inputs, strict=True):
@@ -166,7 +172,7 @@ class OnnxRuntimeGraph:
         if self._device_type == "cuda":
             # onnxruntime runs on its own stream: the inputs must be ready.
             torch.cuda.current_stream(self.device).synchronize()
-        self.session.run_with_iobinding(binding)
+        self.session._sess.run_with_iobinding(binding, None)
         for i in self._cpu_scalar_outputs:
             outputs[i] = outputs[i].cpu()
         return outputs
@@ -190,11 +196,4 @@ class OnnxRuntimeGraph:
         # onnxruntime rejects null pointers, which empty tensors have: any valid
         # address will do, nothing is read or written there.
         pointer = tensor.data_ptr() if tensor.numel() else self._placeholder.data_ptr()
-        bind(
-            name,
-            self._device_type,
-            self._device_id,
-            onnx_dtype(tensor.dtype),
-            tuple(tensor.shape),
-            pointer,
-        )
+        bind(name, self._ort_device, onnx_dtype(tensor.dtype), tuple(tensor.shape), pointer)
