@@ -230,20 +230,13 @@ def test_cpu_graphs_bind_the_tensors_own_memory(monkeypatch):
     compiled = aten_compiled(lambda x, y: (x * 2, (y + 1).float()), [x, y])
     session = compiled.session
     bound: dict[str, int] = {}
+    bind = type(compiled)._bind
 
-    def io_binding():
-        binding = type(session).io_binding(session)
-        for method in ("bind_input", "bind_output"):
-            bind = getattr(binding, method)
+    def recording(self, binder, name, tensor):
+        bound[name] = tensor.data_ptr()
+        bind(self, binder, name, tensor)
 
-            def recording(name, *args, bind=bind):
-                bound[name] = args[-1]
-                bind(name, *args)
-
-            monkeypatch.setattr(binding, method, recording)
-        return binding
-
-    monkeypatch.setattr(session, "io_binding", io_binding)
+    monkeypatch.setattr(type(compiled), "_bind", recording)
     monkeypatch.setattr(session, "run", None)  # not the numpy path
     x, y = torch.randn(4, 3), torch.randn(3).bfloat16()
     doubled, widened = compiled(x, y)
