@@ -1,13 +1,16 @@
-"""Cold vs warm compile: how long the first inference call takes in a first and a second process.
+"""Cold vs warm compile: how long the first step takes in a first and a second process.
 
 For each model, two child processes run one after the other against the same
 fresh cache directory (``TORCHKILN_CACHE_DIR`` and friends, see
 ``benchmarks.caches``). Each child builds the model and its inputs, then times
-the first ``torchkiln.compile(model, backend=...)`` call under ``torch.no_grad``:
+the first step of ``torchkiln.compile(model, backend=...)`` in the ``--case``:
+inference (eval mode, under ``torch.no_grad``) or training (train mode, forward,
+``benchmarks.cases.loss_of``, backward; no optimizer step, which compiles nothing):
 the first child compiles cold, the second finds the on-disk caches filled and
 measures what is left (frame capture, guards, loading compiled artifacts).
 
     .venv/bin/python -m benchmarks.warm_start --models hf_gpt2,hf_bert,hf_llama
+    .venv/bin/python -m benchmarks.warm_start --backend onnxrt --case training
     .venv/bin/python -m benchmarks.warm_start --models hf_gpt2 --profile   # cProfile the warm child
 """
 
@@ -24,28 +27,33 @@ import time
 from pathlib import Path
 
 from benchmarks.caches import cache_env
+from benchmarks.cases import CASES, loss_of
 from benchmarks.models import MODELS, SIZES
 
 PROFILE_LINES = 30
 
 
-def first_call_seconds(model: str, size: str, backend: str, profile: bool) -> float:
-    """Build ``model``, compile it, and time its first call (inference, no_grad)."""
+def first_step_seconds(model: str, size: str, backend: str, case: str, profile: bool) -> float:
+    """Build ``model``, compile it, and time the first step of ``case``."""
     import torch
 
     import torchkiln
 
     built = MODELS[model].build(size)
-    built.module.eval()
+    built.module.train(case == "training")
+    compiled = torchkiln.compile(built.module, backend=backend)
     profiler = cProfile.Profile() if profile else None
-    with torch.no_grad():
-        start = time.perf_counter()
-        if profiler is not None:
-            profiler.enable()
-        torchkiln.compile(built.module, backend=backend)(*built.inputs)
-        if profiler is not None:
-            profiler.disable()
-        seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
+    if case == "training":
+        loss_of(compiled(*built.inputs)).backward()
+    else:
+        with torch.no_grad():
+            compiled(*built.inputs)
+    if profiler is not None:
+        profiler.disable()
+    seconds = time.perf_counter() - start
     if profiler is not None:
         stats = pstats.Stats(profiler, stream=sys.stderr)
         stats.sort_stats("cumulative").print_stats(PROFILE_LINES)
@@ -53,19 +61,21 @@ def first_call_seconds(model: str, size: str, backend: str, profile: bool) -> fl
     return seconds
 
 
-def run_child(model: str, size: str, backend: str, cache_dir: Path, profile: bool) -> float:
+def run_child(
+    model: str, size: str, backend: str, case: str, cache_dir: Path, profile: bool
+) -> float:
     """Run one child process on ``cache_dir`` and return the seconds it reports."""
-    command = [sys.executable, "-m", "benchmarks.warm_start", "--child", model]
-    command += ["--size", size, "--backend", backend] + (["--profile"] if profile else [])
+    command = [sys.executable, "-m", "benchmarks.warm_start", "--child", model, "--size", size]
+    command += ["--backend", backend, "--case", case] + (["--profile"] if profile else [])
     env = {**os.environ, **cache_env(cache_dir)}
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def compare(model: str, size: str, backend: str, profile: bool) -> None:
+def compare(model: str, size: str, backend: str, case: str, profile: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
-        cold = run_child(model, size, backend, Path(tmp), profile=False)
-        warm = run_child(model, size, backend, Path(tmp), profile=profile)
+        cold = run_child(model, size, backend, case, Path(tmp), profile=False)
+        warm = run_child(model, size, backend, case, Path(tmp), profile=profile)
     print(f"{model:12s} cold {cold:7.2f} s   warm {warm:6.2f} s   warm/cold {warm / cold:6.1%}")
 
 
@@ -74,16 +84,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default="hf_gpt2,hf_bert,hf_llama", help="comma-separated zoo names")
     p.add_argument("--size", choices=SIZES, default="small")
     p.add_argument("--backend", default="inductor")
+    p.add_argument("--case", choices=CASES, default="inference")
     p.add_argument(
         "--profile", action="store_true", help="print the warm child's cProfile top entries"
     )
     p.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(first_call_seconds(args.child, args.size, args.backend, args.profile))
+        print(first_step_seconds(args.child, args.size, args.backend, args.case, args.profile))
         return
     for model in args.models.split(","):
-        compare(model, args.size, args.backend, args.profile)
+        compare(model, args.size, args.backend, args.case, args.profile)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
@@ -129,11 +130,14 @@ class _AOTCompiled:
             self.sealed_guards = len(shape_env.guards)
 
     def _shape_env(self) -> Any:
-        fakes = [n.meta.get("example_value") for n in self.gm.graph.nodes if n.op == "placeholder"]
-        modes = [
-            t.fake_mode for t in fakes if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode")
-        ]
-        return modes[0].shape_env if modes and has_symbolic_inputs(self.gm) else None
+        """The capture's ShapeEnv, where the graph's inputs have symbolic sizes; else None."""
+        if not has_symbolic_inputs(self.gm):
+            return None
+        for node in self.gm.graph.find_nodes(op="placeholder"):
+            fake = node.meta.get("example_value")
+            if isinstance(fake, FakeTensor):
+                return fake.fake_mode.shape_env
+        return None
 
     def _new_plan(
         self, key: tuple, args: Sequence
