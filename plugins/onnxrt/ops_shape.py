@@ -103,6 +103,31 @@ def slice_(
     return b.op("Slice", [x.name, b.ints([start]), b.ints([end]), b.ints([dim]), b.ints([step])])
 
 
+@converts(aten.slice_scatter.default)
+def slice_scatter(
+    b: GraphBuilder, node, x: Value, src: Value, dim: int = 0, start=None, end=None, step: int = 1
+) -> str:
+    """``x`` with its slice ``start:end:step`` along ``dim`` replaced by ``src``: a
+    ``ScatterElements`` at ``start, start + step, ...``, as many as ``src`` has along ``dim``
+    (what the slice selects: its end only bounds that count)."""
+    dim = _dim(dim, x.ndim)
+    size = x.shape[dim]
+    start = 0 if start is None else start
+    if isinstance(start, int) and isinstance(size, int):  # Python's negative and clamped starts
+        start = min(max(start + size if start < 0 else start, 0), size)
+    elif not known_nonnegative(start):
+        concrete([start], "a slice_scatter's start")
+    count = src.shape[dim]
+    bounds = [b.as_dtype(v, torch.int64) for v in (start, start + count * step, step)]
+    shape = [1] * x.ndim
+    shape[dim] = count
+    indices = b.op("Expand", [b.reshape(b.op("Range", bounds), shape), b.ints(src.shape)])
+    dtype = out_dtype(node)
+    return b.op(
+        "ScatterElements", [b.as_dtype(x, dtype), indices, b.as_dtype(src, dtype)], axis=dim
+    )
+
+
 @converts(aten.cat.default)
 def cat(b: GraphBuilder, node, tensors: list[Value], dim: int = 0) -> str:
     dtype = out_dtype(node)

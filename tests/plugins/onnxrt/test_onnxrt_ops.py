@@ -123,6 +123,16 @@ SHAPES = [
     Case("select_negative_index", lambda x: x[:, -1], [f32(3, 4)]),
     Case("slice_with_step", lambda x: (x[1:, ::2], x[-3:-1], x[:, 10:]), [f32(5, 6)]),
     Case("narrow", lambda x: x.narrow(1, 1, 2), [f32(3, 4)]),
+    Case(
+        "slice_scatter_step",
+        lambda x, s: torch.slice_scatter(x, s, 1, 1, 6, 2),
+        [f32(3, 7), f32(3, 3)],
+    ),
+    Case(
+        "slice_scatter_negative_start",
+        lambda x, s: torch.slice_scatter(x, s, 0, -2),
+        [f32(4, 3), f32(2, 3)],
+    ),
     Case("cat_promotes_dtypes", lambda x, y: torch.cat([x, y], dim=-1), [f32(2, 3), i64(2, 2)]),
     Case("stack", lambda x, y: torch.stack([x, y], 1), [f32(2, 3), f32(2, 3)]),
     Case("split_chunk_unbind", lambda x: (*x.split(2, 1), *x.chunk(2), *x.unbind(0)), [f32(4, 5)]),
