@@ -246,7 +246,7 @@ def convert_graph(
 ) -> ConvertedGraph:
     """Convert ``gm`` (functional aten graph, flat inputs, flat tuple output).
 
-    Inputs are tensors and sizes (ints, SymInts). Ops on tensors of a dtype in
+    Inputs are tensors, sizes (ints, SymInts) and floats (0-dim float64 inputs). Ops on tensors of a dtype in
     ``float32_compute`` (bfloat16, float16: the CPU provider lacks most of their
     kernels) compute in float32 and round their results back, one aten op at a time, as
     eager does on the CPU: inputs and outputs keep their dtypes. Raises
@@ -269,6 +269,8 @@ def convert_graph(
             dtype, shape = torch.int64, ()
         elif isinstance(val, int | torch.SymInt):
             continue  # computed from the tensors' sizes, or traced for this value
+        elif isinstance(val, float | torch.SymFloat):  # given per call (``x * t ** 0.5``)
+            dtype, shape = torch.float64, ()
         elif is_symbolic(val):
             raise NeedsStaticShapes(f"graph input {node.name} is a symbolic {type(val).__name__}")
         else:
@@ -281,7 +283,7 @@ def convert_graph(
         input_names.append(name)
         input_args.append(arg)
         b.arg_inputs[arg] = name
-        if isinstance(val, torch.Tensor):
+        if isinstance(val, torch.Tensor | float | torch.SymFloat):
             env[node] = Value(name, dtype, shape)
     output_node = None
     for node in gm.graph.nodes:

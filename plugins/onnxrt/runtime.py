@@ -178,9 +178,12 @@ class OnnxRuntimeGraph:
         return outputs
 
     @staticmethod
-    def _as_tensor(arg: torch.Tensor | int) -> torch.Tensor:
-        """A size argument (an ONNX input of the model) as a 0-dim int64 tensor."""
-        return arg if isinstance(arg, torch.Tensor) else torch.tensor(arg, dtype=torch.int64)
+    def _as_tensor(arg: torch.Tensor | int | float) -> torch.Tensor:
+        """A size or float argument (an ONNX input of the model) as a 0-dim int64 or float64
+        tensor."""
+        if isinstance(arg, torch.Tensor):
+            return arg
+        return torch.tensor(arg, dtype=torch.float64 if isinstance(arg, float) else torch.int64)
 
     def _on_device(self, arg: torch.Tensor) -> torch.Tensor:
         """``arg`` on the graph's device: a 0-dim CPU tensor is moved there, as eager allows."""

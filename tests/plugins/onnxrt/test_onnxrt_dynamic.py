@@ -159,3 +159,20 @@ def test_symbolic_graph_needing_a_concrete_size_raises_needs_static_shapes():
     gm = make_fx(lambda x: x.cumprod(1), tracing_mode="symbolic")(torch.randn(4, 3))
     with pytest.raises(NeedsStaticShapes, match="cumprod"):
         compile_aten_graph(gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")])
+
+
+def test_a_float_computed_from_a_size_is_an_input_of_the_model(caplog):
+    """``x * t ** 0.5``: the float, computed per call in an eager partition, is a float64
+    input of the symbolic model (before, the model compiled per size, and each static
+    compile failed on the float and ran eagerly with a warning)."""
+
+    def scaled(x):
+        return (x * x.shape[0] ** 0.5).relu() + 1
+
+    compiled = torchkiln.compile(scaled, backend="onnxrt", dynamic=True)
+    with caplog.at_level(logging.WARNING, logger="torchkiln"):
+        for rows in (3, 5, 7):
+            x = torch.randn(rows, 4)
+            torch.testing.assert_close(compiled(x), scaled(x))
+    assert specializations() == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
