@@ -58,6 +58,11 @@ def _model(**kwargs) -> torch.nn.Module:
     return Transformer(**kwargs)
 
 
+def _full(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's whole value: FSDP2 keeps each rank's shard (a DTensor)."""
+    return p.full_tensor() if hasattr(p, "full_tensor") else p.detach().clone()
+
+
 def _train(model: torch.nn.Module, rank: int, accumulate: bool = False) -> list[torch.Tensor]:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(rank)
@@ -69,7 +74,7 @@ def _train(model: torch.nn.Module, rank: int, accumulate: bool = False) -> list[
         model(tokens).logsumexp(-1).mean().backward()
         opt.step()
         opt.zero_grad()
-    return [p.detach().clone() for p in model.parameters()]
+    return [_full(p) for p in model.parameters()]
 
 
 def _compare(make, compiled, rank: int, **train_kwargs) -> None:
@@ -117,6 +122,36 @@ def _split(bucket_cap_mb: float, split: bool):
         finally:
             torchkiln.config.ddp_bucket_split = True
         return torchkiln.counters["ddp"]["subgraphs"]
+
+    return run
+
+
+def _fsdp2(backend: str, per_block: bool):
+    """FSDP2: blocks and the root ``fully_shard``-ed (their all-gathers and reduce-scatters
+    run in FSDP's hooks, outside the graphs), compiled whole or block by block."""
+
+    def run(rank: int) -> int:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        torchkiln.reset()
+        mesh = init_device_mesh("cpu", (2,))
+
+        def make():
+            model = _model()
+            for block in model.blocks:
+                fully_shard(block, mesh=mesh)
+            return fully_shard(model, mesh=mesh)
+
+        def compiled(model):
+            if not per_block:
+                return torchkiln.compile(model, backend=backend)
+            for i, block in enumerate(model.blocks):
+                model.blocks[i] = torchkiln.compile(block, backend=backend)
+            return model
+
+        _compare(make, compiled, rank)
+        return torchkiln.counters["frames"]["ok"]
 
     return run
 
@@ -169,6 +204,8 @@ SCENARIOS = {
     "split_per_block": _split(BLOCK_BYTES / 2**20, split=True),
     "split_off": _split(BLOCK_BYTES / 2**20, split=False),
     "split_one_bucket": _split(25.0, split=True),
+    "fsdp2_whole_aot_eager": _fsdp2("aot_eager", per_block=False),
+    "fsdp2_blocks_inductor": _fsdp2("inductor", per_block=True),
     "inplace_all_reduce": _collective(_inplace_all_reduce),
     "functional_all_reduce": _collective(_functional_all_reduce),
     "functional_gather_scatter": _collective(_functional_gather_scatter),
