@@ -30,6 +30,7 @@ import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import torch
 import torch.fx as fx
 
 #: Node kinds that are inputs or outputs of a graph, not work to place.
@@ -45,8 +46,16 @@ class Partition:
 
     @property
     def op_count(self) -> int:
-        """Its ops, ``getitem`` of multi-output ops not counted."""
-        return sum(1 for n in self.nodes if n.target is not operator.getitem)
+        """Its ops worth offloading: not ``getitem`` of multi-output ops, nor size arithmetic
+        (``sym_size``, ``*`` of SymInts: nodes whose value is a number), which a partition of
+        its own would only add a call to."""
+        return sum(
+            1 for n in self.nodes if n.target is not operator.getitem and not _makes_a_number(n)
+        )
+
+
+def _makes_a_number(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), int | float | torch.SymInt | torch.SymFloat)
 
 
 def compute_nodes(graph: fx.Graph) -> list[fx.Node]:

@@ -176,3 +176,6 @@ def test_a_float_computed_from_a_size_is_an_input_of_the_model(caplog):
             torch.testing.assert_close(compiled(x), scaled(x))
     assert specializations() == 0
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # one model: reading the size (``sym_size``, a partition of its own) runs eagerly, not in
+    # a session of its own
+    assert conversions() == 1
