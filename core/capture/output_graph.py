@@ -298,6 +298,7 @@ class OutputGraph:
             return self.wrap(module.__dict__[name], f"{src}.{name}" if src else None)
         class_attr = V.class_lookup(type(module), name)
         if isinstance(class_attr, property):  # a data descriptor: no instance attribute wins
+            self.guard_class_member(vt, name)  # the class may be given another property
             return self.wrap(class_attr.fget, None).call(tx, [vt], {})
         if class_attr is V.MISSING:
             if hasattr(module, name):  # the class's own ``__getattr__`` answers it

@@ -204,6 +204,8 @@ def _record_of(entry: CacheEntry) -> Record:
     for name, recipe in recipes:
         if recipe[0] == "import":
             files.update(_defining_files(guard_set.ns[name]))
+        elif recipe[0] == "member":  # the class's files define what the member does
+            files.update(_defining_files(_import(recipe[1])))
     # frozen standard-library modules are fixed by the Python version in the key
     files = {f for f in files if not f.startswith("<frozen ")}
     eager = entry.eager_reason
@@ -251,7 +253,46 @@ def _recipe(name: str, value: Any, guard_set: GuardSet) -> tuple:
         return ("import", _importable_name(value), code and code_fingerprint(code))
     except Uncacheable:
         pass
+    member = _class_member(value)
+    if member is not None:
+        return ("member", *member)
     raise Uncacheable(f"{name} holds a {type(value).__qualname__} with no recipe")
+
+
+def _class_member(value: Any) -> tuple[str, str, tuple] | None:
+    """``(class, attribute, fingerprints)`` naming a descriptor (property, classmethod,
+    staticmethod, cached_property) in its class's ``__dict__``, found through its function's
+    qualname, with the fingerprints of the code it runs: a class given another descriptor of
+    that name since (a monkeypatched property) must not pass for it. None for anything else,
+    and for functions with closures, whose cells a fingerprint does not cover."""
+    functions = [
+        f
+        for f in (getattr(value, a, None) for a in ("fget", "fset", "fdel", "__func__", "func"))
+        if isinstance(f, types.FunctionType)
+    ]
+    if not functions or any(f.__closure__ for f in functions):
+        return None
+    owner_path, _, attr = functions[0].__qualname__.rpartition(".")
+    module = sys.modules.get(functions[0].__module__ or "")
+    if module is None or not owner_path or "<" in owner_path:
+        return None
+    owner: Any = module
+    for part in owner_path.split("."):
+        owner = getattr(owner, part, None)
+    if not isinstance(owner, type) or owner.__dict__.get(attr) is not value:
+        return None
+    try:
+        return stable_name(owner), attr, _member_fingerprints(value)
+    except Uncacheable:
+        return None
+
+
+def _member_fingerprints(value: Any) -> tuple:
+    """The code fingerprint of each function slot of a descriptor (None where it has none)."""
+    return tuple(
+        code_fingerprint(f.__code__) if isinstance(f, types.FunctionType) else None
+        for f in (getattr(value, a, None) for a in ("fget", "fset", "fdel", "__func__", "func"))
+    )
 
 
 def _pin(name: str, guard_set: GuardSet) -> tuple:
@@ -465,6 +506,11 @@ def _resolve(recipe: tuple, ns: dict, frame: dict, code: types.CodeType, cfg: An
         return sys.modules[recipe[1]].__dict__
     if kind == "enum":
         return _import(recipe[1])[recipe[2]]
+    if kind == "member":
+        found = _import(recipe[1]).__dict__[recipe[2]]
+        if _member_fingerprints(found) != recipe[3]:
+            raise _Mismatch(f"{recipe[1]}.{recipe[2]} is another {type(found).__name__}")
+        return found
     if kind == "cell":
         return ns[recipe[1]].__closure__[recipe[2]]
     if kind == "resume":

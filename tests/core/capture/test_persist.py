@@ -341,3 +341,38 @@ def test_a_loaded_capture_marks_parameters_and_buffers_as_weights(persisted):
     assert stats() == {"hits": 1}
     # the input; linear's weight and bias; batch norm's weight, bias, mean and variance
     assert marks == [[False] + [True] * 6] * 2
+
+
+class Scaled(nn.Module):
+    """A forward that reads a property: its guard holds the class's ``property`` object."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    @property
+    def factor(self) -> float:
+        return 3.0
+
+    def forward(self, x):
+        return self.lin(x) * self.factor
+
+
+def test_a_capture_reading_a_property_is_kept_and_found_again_through_its_class(persisted):
+    x = torch.randn(2, 4)
+    run = lambda model: assert_close(torchkiln.compile(model, backend="eager")(x), model(x))  # noqa: E731
+    run(Scaled())
+    assert stats() == {"misses": 1, "stores": 1}
+    torchkiln.reset()
+    run(Scaled())
+    assert stats() == {"hits": 1}
+
+
+def test_a_property_replaced_since_capture_is_not_loaded(persisted, monkeypatch):
+    x = torch.randn(2, 4)
+    model = Scaled()
+    torchkiln.compile(model, backend="eager")(x)
+    torchkiln.reset()
+    monkeypatch.setattr(Scaled, "factor", property(lambda self: -1.0))
+    assert_close(torchkiln.compile(model, backend="eager")(x), model.lin(x) * -1.0)
+    assert stats()["misses"] >= 1 and stats().get("hits", 0) == 0

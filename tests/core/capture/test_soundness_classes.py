@@ -15,7 +15,11 @@ def make_scaler_class():
         scale = 2.0
 
         def apply(self, x):
-            return x * self.scale
+            return x * self.scale + self.shift
+
+        @property
+        def shift(self):
+            return 1.0
 
     return Scaler
 
@@ -36,6 +40,8 @@ def test_user_object_class_attribute_and_methods(backend):
     del obj.scale
     Scaler.scale = 5.0  # the class attribute changes
     assert_close(compiled(x), fn(x))
+    Scaler.shift = property(lambda self: -4.0)  # another property on the class
+    assert_close(compiled(x), fn(x))
     Scaler.apply = lambda self, x: x - 1  # the method is patched on the class
     assert_close(compiled(x), fn(x))
     obj.apply = lambda x: x + 100  # and hidden by an instance attribute
@@ -47,10 +53,14 @@ def make_module_class():
         offset = 1.0
 
         def forward(self, x):
-            return self.inner(x) + self.offset
+            return self.inner(x) + self.offset * self.gain
 
         def inner(self, x):
             return x * 2
+
+        @property
+        def gain(self):
+            return 1.0
 
     return Block
 
@@ -65,6 +75,8 @@ def test_module_class_patched_after_compiling(backend):
     Block.inner = lambda self, x: x * 7
     assert_close(compiled(x), m(x))
     Block.offset = 4.0
+    assert_close(compiled(x), m(x))
+    Block.gain = property(lambda self: -2.0)  # another property on the class
     assert_close(compiled(x), m(x))
     Block.forward = lambda self, x: x - 3
     assert_close(compiled(x), m(x))
