@@ -51,8 +51,10 @@ def _generated_init(cls: type) -> bool:
 def builds_natively(cls: type) -> bool:
     """Classes ``construct`` builds: user dataclasses with the generated ``__init__``, and user
     dict subclasses, whose instances are allocated by ``object`` or the C dict."""
-    if type(cls) is not type or is_stdlib(cls.__module__) or cls.__module__.startswith("torch"):
+    if is_stdlib(cls.__module__) or cls.__module__.startswith("torch"):
         return False
+    if class_lookup(type(cls), "__call__") is not type.__dict__["__call__"]:
+        return False  # a metaclass that builds instances its own way
     allocators = [k for k in cls.__mro__[:-1] if "__new__" in k.__dict__]
     if any(k not in NATIVE_DICTS for k in allocators):
         return False

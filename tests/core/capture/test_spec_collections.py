@@ -7,6 +7,7 @@ Each case runs with ``fullgraph=True`` on fresh random inputs and is compared wi
 
 import collections
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -200,6 +201,62 @@ def dataclass_ops(x):
 
 def test_dataclass_construct_fields_replace_frozen(backend):
     one_graph(dataclass_ops, tensors((3,)), backend)
+
+
+class RenamingMeta(type):
+    """Wraps the ``__init__`` that ``@dataclass`` sets on the class to accept an old keyword,
+    as transformers' ``ModelOutput`` classes do since 5.2x (``_BCCacheNameMeta``)."""
+
+    def __setattr__(cls, name, value):
+        if name == "__init__":
+            generated = value
+
+            @functools.wraps(generated)
+            def __init__(self, *args, **kwargs):
+                if "old_scale" in kwargs:
+                    kwargs["scale"] = kwargs.pop("old_scale")
+                generated(self, *args, **kwargs)
+
+            value = __init__
+        super().__setattr__(name, value)
+
+
+@dataclasses.dataclass
+class Renamed(collections.OrderedDict, metaclass=RenamingMeta):
+    """A dataclass that is an ``OrderedDict``, like ``ModelOutput``."""
+
+    inputs: torch.Tensor
+    scale: float = 1.0
+
+
+class CountingMeta(type):
+    """A metaclass that builds instances its own way: not traced, the graph breaks."""
+
+    def __call__(cls, *args, **kwargs):
+        return super().__call__(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class Counted(collections.OrderedDict, metaclass=CountingMeta):
+    inputs: torch.Tensor
+
+
+def metaclass_dataclass_built_here(x):
+    a, b = Renamed(x, old_scale=3.0), Renamed(x.cos())
+    return a.inputs * a.scale + b.inputs * b.scale, a
+
+
+def test_dataclass_of_a_metaclass_that_wraps_its_init(backend):
+    one_graph(metaclass_dataclass_built_here, tensors((3,)), backend)
+
+
+def test_dataclass_of_a_metaclass_with_its_own_call_breaks():
+    def fn(x):
+        return Counted(x + 1).inputs * 2
+
+    with pytest.raises(torchkiln.exc.Unsupported, match="constructing a Counted object"):
+        torchkiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
+    torch.testing.assert_close(torchkiln.compile(fn, backend="eager")(x := torch.randn(3)), fn(x))
 
 
 def frozen_assignment(x):
