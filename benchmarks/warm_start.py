@@ -8,6 +8,10 @@ inference (eval mode, under ``torch.no_grad``) or training (train mode, forward,
 ``benchmarks.cases.loss_of``, backward; no optimizer step, which compiles nothing):
 the first child compiles cold, the second finds the on-disk caches filled and
 measures what is left (frame capture, guards, loading compiled artifacts).
+Each child then runs ``STEADY_STEPS`` more steps: a step's own work (the model's
+arithmetic, the same in both children) is their median, and the compile time is the
+first step less that, so that a model whose step is long is not read as slow to load.
+Both the first steps and the compile times are printed, each with warm/cold.
 
     .venv/bin/python -m benchmarks.warm_start --models hf_gpt2,hf_bert,hf_llama
     .venv/bin/python -m benchmarks.warm_start --backend onnxrt --case training
@@ -20,6 +24,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,10 +36,14 @@ from benchmarks.cases import CASES, loss_of
 from benchmarks.models import MODELS, SIZES
 
 PROFILE_LINES = 30
+STEADY_STEPS = 3
 
 
-def first_step_seconds(model: str, size: str, backend: str, case: str, profile: bool) -> float:
-    """Build ``model``, compile it, and time the first step of ``case``."""
+def first_step_seconds(
+    model: str, size: str, backend: str, case: str, profile: bool
+) -> tuple[float, float]:
+    """Build ``model``, compile it, and time the first step of ``case`` and, after it, the
+    median of ``STEADY_STEPS`` more."""
     import torch
 
     import torchkiln
@@ -43,40 +52,51 @@ def first_step_seconds(model: str, size: str, backend: str, case: str, profile: 
     built.module.train(case == "training")
     compiled = torchkiln.compile(built.module, backend=backend)
     profiler = cProfile.Profile() if profile else None
-    start = time.perf_counter()
+
+    def step() -> float:
+        start = time.perf_counter()
+        if case == "training":
+            loss_of(compiled(*built.inputs)).backward()
+        else:
+            with torch.no_grad():
+                compiled(*built.inputs)
+        return time.perf_counter() - start
+
     if profiler is not None:
         profiler.enable()
-    if case == "training":
-        loss_of(compiled(*built.inputs)).backward()
-    else:
-        with torch.no_grad():
-            compiled(*built.inputs)
+    seconds = step()
     if profiler is not None:
         profiler.disable()
-    seconds = time.perf_counter() - start
     if profiler is not None:
         stats = pstats.Stats(profiler, stream=sys.stderr)
         stats.sort_stats("cumulative").print_stats(PROFILE_LINES)
         stats.sort_stats("tottime").print_stats(PROFILE_LINES)
-    return seconds
+    return seconds, statistics.median(step() for _ in range(STEADY_STEPS))
 
 
 def run_child(
     model: str, size: str, backend: str, case: str, cache_dir: Path, profile: bool
-) -> float:
-    """Run one child process on ``cache_dir`` and return the seconds it reports."""
+) -> tuple[float, float]:
+    """Run one child process on ``cache_dir``: its first step's and steady step's seconds."""
     command = [sys.executable, "-m", "benchmarks.warm_start", "--child", model, "--size", size]
     command += ["--backend", backend, "--case", case] + (["--profile"] if profile else [])
     env = {**os.environ, **cache_env(cache_dir)}
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
-    return float(done.stdout.strip().splitlines()[-1])
+    first, steady = done.stdout.strip().splitlines()[-1].split()
+    return float(first), float(steady)
 
 
 def compare(model: str, size: str, backend: str, case: str, profile: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
-        cold = run_child(model, size, backend, case, Path(tmp), profile=False)
-        warm = run_child(model, size, backend, case, Path(tmp), profile=profile)
-    print(f"{model:12s} cold {cold:7.2f} s   warm {warm:6.2f} s   warm/cold {warm / cold:6.1%}")
+        cold, cold_step = run_child(model, size, backend, case, Path(tmp), profile=False)
+        warm, warm_step = run_child(model, size, backend, case, Path(tmp), profile=profile)
+    cold_compile, warm_compile = cold - cold_step, warm - warm_step
+    print(
+        f"{model:12s} first step: cold {cold:6.2f} s  warm {warm:5.2f} s  ({warm / cold:6.1%})"
+        f"   compile (first - steady step {cold_step * 1e3:.0f}/{warm_step * 1e3:.0f} ms):"
+        f" cold {cold_compile:6.2f} s  warm {warm_compile:5.2f} s"
+        f"  warm/cold {warm_compile / cold_compile:6.1%}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(first_step_seconds(args.child, args.size, args.backend, args.case, args.profile))
+        print(*first_step_seconds(args.child, args.size, args.backend, args.case, args.profile))
         return
     for model in args.models.split(","):
         compare(model, args.size, args.backend, args.case, args.profile)

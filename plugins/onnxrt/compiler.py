@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import onnx
 import torch
-from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
 from torchkiln import counters, logs
 from torchkiln.aot import keep_whole
@@ -59,8 +59,13 @@ def decompositions() -> dict:
     torch's core-aten table and :data:`EXTRA_DECOMPOSITIONS` (not the AOT
     layer's default table: it brings some ops down to prims), keeping the ops
     of ``torchkiln.aot.KEEP_WHOLE`` whole.
+
+    The table as torch keeps it, not ``core_aten_decompositions()``: that one is
+    torch.export's, which adds every CompositeImplicitAutograd op (decomposed by the
+    dispatcher as the AOT layer traces anyway) and costs 0.1-0.2 s to build, most of
+    the first call of a process that loads its compiled graphs from the plan cache.
     """
-    table = dict(core_aten_decompositions())
+    table = dict(_core_aten_decompositions_post_autograd())
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     return keep_whole(table)
 

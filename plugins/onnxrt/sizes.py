@@ -9,39 +9,54 @@ expression; the converter folds it into ONNX nodes (int64 tensors of shape ``[1]
 (the sizes of the outputs it allocates). What neither can express (a symbol no input
 gives, an expression outside integer arithmetic) raises ``NeedsStaticShapes``: the core
 then compiles the graph once per concrete size.
+
+sympy is imported where an expression is first made, not with this module: a process that
+loads its compiled graphs from the plan cache converts nothing, and importing sympy (and
+torch's symbolic-shape modules) was most of its first call.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import sympy
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
-from torch.utils._sympy import functions as fn
 
 from torchkiln.exc import NeedsStaticShapes
 
+if TYPE_CHECKING:
+    import sympy
+
+    #: A size: an int, a SymInt, or a sympy expression over the ShapeEnv's symbols.
+    Size = int | torch.SymInt | sympy.Expr
+
 T = TypeVar("T")
 
-#: sympy's functions of integer sizes, by the name of the operation folded in their place
-#: (n-ary ones reduce their arguments left to right).
-OPERATIONS = {
-    sympy.Add: "add",
-    sympy.Mul: "mul",
-    fn.FloorDiv: "floordiv",
-    fn.CleanDiv: "floordiv",
-    fn.CeilDiv: "ceildiv",
-    fn.PythonMod: "mod",
-    fn.Mod: "mod",
-    fn.Max: "max",
-    fn.Min: "min",
-    sympy.Max: "max",
-    sympy.Min: "min",
-}
+
+@functools.cache
+def operations() -> dict[type, str]:
+    """sympy's functions of integer sizes, by the name of the operation folded in their place
+    (n-ary ones reduce their arguments left to right)."""
+    import sympy
+    from torch.utils._sympy import functions as fn
+
+    return {
+        sympy.Add: "add",
+        sympy.Mul: "mul",
+        fn.FloorDiv: "floordiv",
+        fn.CleanDiv: "floordiv",
+        fn.CeilDiv: "ceildiv",
+        fn.PythonMod: "mod",
+        fn.Mod: "mod",
+        fn.Max: "max",
+        fn.Min: "min",
+        sympy.Max: "max",
+        sympy.Min: "min",
+    }
+
 
 PYTHON = {
     "add": operator.add,
@@ -54,12 +69,16 @@ PYTHON = {
 }
 
 
-#: A size: an int, a SymInt, or a sympy expression over the ShapeEnv's symbols.
-Size = int | torch.SymInt | sympy.Expr
+def _is_expr(value: Any) -> bool:
+    """Whether ``value`` is a sympy expression (none exists before sympy is imported)."""
+    sympy = sys.modules.get("sympy")
+    return sympy is not None and isinstance(value, sympy.Expr)
 
 
 def size_expr(size: Size) -> sympy.Expr:
     """The sympy expression of a size (the ShapeEnv's replacements applied)."""
+    import sympy
+
     if isinstance(size, sympy.Expr):
         return size
     return sympy.Integer(size) if isinstance(size, int) else sympy.sympify(size.node.expr)
@@ -67,11 +86,11 @@ def size_expr(size: Size) -> sympy.Expr:
 
 def is_symbolic(size: Any) -> bool:
     """A SymInt (SymFloat, SymBool, sympy expression) whose value the ShapeEnv does not fix."""
-    if isinstance(size, sympy.Expr):
+    if _is_expr(size):
         return not size.is_number
     if not isinstance(size, torch.SymInt | torch.SymFloat | torch.SymBool):
         return False
-    return not sympy.sympify(size.node.expr).is_number
+    return not size_expr(size).is_number
 
 
 def concrete(sizes: Sequence, why: str) -> tuple[int, ...]:
@@ -95,6 +114,8 @@ def broadcast(shapes: Sequence[Sequence[Size]]) -> tuple[Size, ...]:
     """
     if not any(is_symbolic(s) for shape in shapes for s in shape):
         return tuple(torch.broadcast_shapes(*(tuple(map(int, shape)) for shape in shapes)))
+    import sympy
+
     ndim = max(map(len, shapes))
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result: list[Size] = []
@@ -107,6 +128,8 @@ def broadcast(shapes: Sequence[Sequence[Size]]) -> tuple[Size, ...]:
 
 def known_nonnegative(size: int | torch.SymInt) -> bool:
     """Whether ``size >= 0`` holds for every size the graph serves (adds no guard)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     return size >= 0 if isinstance(size, int) else statically_known_true(size >= 0)
 
 
@@ -117,6 +140,9 @@ def fold(
     apply: Callable[[str, T, T], T],
 ) -> T:
     """Evaluate ``expr`` bottom-up: symbols, integers, then binary integer operations."""
+    import sympy
+    from torch.utils._sympy import functions as fn
+
     if expr.is_Integer:
         return number(int(expr))
     if expr.is_Symbol:
@@ -129,7 +155,7 @@ def fold(
         args = (args[0],) * int(args[1])
         name = "mul"
     else:
-        name = OPERATIONS.get(type(expr))
+        name = operations().get(type(expr))
     if name is None or (expr.is_Mul and not all(a.is_Integer or not a.is_number for a in args)):
         raise NeedsStaticShapes(
             f"the onnxrt converter computes sizes with integer arithmetic, not {expr}"
