@@ -2,23 +2,23 @@
 
 A compiled graph is stored as its ONNX model's bytes and what the session was opened
 with (providers, optimization level, thread count, as the options gave them); loading
-parses the model and opens a new session. The salt names this plugin's code and the
-onnx and onnxruntime versions.
+opens a new session on the bytes, importing neither onnx nor the converter. The salt
+names this plugin's code and the onnx and onnxruntime versions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import onnx
 import onnxruntime
 import torch
 
 from torchkiln.aot import ArtifactCodec
 from torchkiln.plugin import source_fingerprint
-from torchkiln_onnxrt.converter import ConvertedGraph, OutputSlot
+from torchkiln_onnxrt.converted import ConvertedGraph, OutputSlot
 from torchkiln_onnxrt.runtime import OnnxRuntimeGraph
 
 
@@ -35,6 +35,7 @@ class OutputMeta:
 class OnnxArtifact:
     model: bytes
     input_names: list[str]
+    output_names: list[str]
     output_metas: list[OutputMeta]
     output_slots: list[OutputSlot]
     input_args: list[int]
@@ -47,8 +48,9 @@ def dump(compiled: object) -> OnnxArtifact | None:
         return None  # a model with dynamic dimensions is kept in memory only, as its plan
     converted = compiled.converted
     return OnnxArtifact(
-        converted.model.SerializeToString(),
+        converted.model_bytes,
         list(converted.input_names),
+        list(converted.output_names),
         [OutputMeta(tuple(m.shape), m.dtype, m.device) for m in converted.output_metas],
         list(converted.output_slots),
         list(compiled.input_args),
@@ -59,8 +61,9 @@ def dump(compiled: object) -> OnnxArtifact | None:
 
 def load(artifact: OnnxArtifact) -> OnnxRuntimeGraph:
     converted = ConvertedGraph(
-        onnx.load_model_from_string(artifact.model),
+        artifact.model,
         artifact.input_names,
+        artifact.output_names,
         artifact.output_metas,
         artifact.output_slots,
         artifact.input_args,
@@ -73,7 +76,7 @@ def codec() -> ArtifactCodec:
         (
             "onnxrt",
             source_fingerprint(str(Path(__file__).parent)),
-            onnx.__version__,
+            version("onnx"),
             onnxruntime.__version__,
         )
     )

@@ -35,6 +35,7 @@ from onnx import helper
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 from torchkiln.exc import NeedsStaticShapes, NotImplementedYet
+from torchkiln_onnxrt.converted import ConvertedGraph, OutputSlot
 from torchkiln_onnxrt.dtypes import numpy_dtype, onnx_dtype, to_numpy
 from torchkiln_onnxrt.sizes import SizeSources, fold, is_symbolic, size_expr
 
@@ -67,40 +68,6 @@ class Value:
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-
-@dataclass(frozen=True)
-class OutputSlot:
-    """Where one output of the FX graph comes from when the model has run.
-
-    ``kind`` is ``"onnx"`` (``index`` into the model's outputs), ``"const"``
-    (``value`` is returned as it is: ``None`` or a Python number) or ``"size"``
-    (``value`` is a SymInt, computed from each call's arguments).
-    """
-
-    kind: str
-    index: int = 0
-    value: Any = None
-
-
-@dataclass
-class ConvertedGraph:
-    """The ONNX model of a graph, its inputs' names, and how to assemble its outputs.
-
-    ``input_args``: the graph argument each ONNX input binds (None: the i-th binds the
-    i-th); ``sources``: where a call gives the symbols of its sizes (None: no symbols).
-    """
-
-    model: onnx.ModelProto
-    input_names: list[str]
-    output_metas: list[torch.Tensor]
-    output_slots: list[OutputSlot]
-    input_args: list[int] | None = None
-    sources: SizeSources | None = None
-
-    @property
-    def symbolic(self) -> bool:
-        return self.sources is not None and bool(self.sources.of)
 
 
 def meta_of(node: torch.fx.Node) -> Any:
@@ -455,7 +422,11 @@ def _finish(
         producer_name="torchkiln_onnxrt",
     )
     model.ir_version = IR_VERSION
-    return ConvertedGraph(model, input_names, output_metas, slots)
+    converted = ConvertedGraph(
+        model.SerializeToString(), input_names, [o.name for o in outputs], output_metas, slots
+    )
+    converted.model = model  # already parsed: the cached property need not parse it again
+    return converted
 
 
 def _live_nodes(nodes: list[onnx.NodeProto], outputs: list[str]) -> list[onnx.NodeProto]:

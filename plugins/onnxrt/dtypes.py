@@ -2,28 +2,31 @@
 
 numpy has no bfloat16: ``ml_dtypes`` (which onnx depends on) provides the numpy
 type onnx reads and writes bfloat16 initializers with.
+
+The ONNX element types are written as the numbers of ``onnx.TensorProto.DataType``, which
+the ONNX IR fixes for good: the runtime binds tensors with them, and a process that loads
+its compiled graphs from the plan cache need not import onnx.
 """
 
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import onnx
 import torch
 
 from torchkiln.exc import NotImplementedYet
 
 _TORCH_TO_ONNX = {
-    torch.float32: onnx.TensorProto.FLOAT,
-    torch.float16: onnx.TensorProto.FLOAT16,
-    torch.bfloat16: onnx.TensorProto.BFLOAT16,
-    torch.float64: onnx.TensorProto.DOUBLE,
-    torch.int64: onnx.TensorProto.INT64,
-    torch.int32: onnx.TensorProto.INT32,
-    torch.int16: onnx.TensorProto.INT16,
-    torch.int8: onnx.TensorProto.INT8,
-    torch.uint8: onnx.TensorProto.UINT8,
-    torch.bool: onnx.TensorProto.BOOL,
+    torch.float32: 1,  # FLOAT
+    torch.float16: 10,  # FLOAT16
+    torch.bfloat16: 16,  # BFLOAT16
+    torch.float64: 11,  # DOUBLE
+    torch.int64: 7,  # INT64
+    torch.int32: 6,  # INT32
+    torch.int16: 5,  # INT16
+    torch.int8: 3,  # INT8
+    torch.uint8: 2,  # UINT8
+    torch.bool: 9,  # BOOL
 }
 
 _TORCH_TO_NUMPY = {

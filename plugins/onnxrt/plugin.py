@@ -10,6 +10,10 @@ graph, and ops without a converter run with the next backend of the chain
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator, Set
+from typing import Any
+
 from torchkiln.plugin import Backend, Capabilities, Option, Requirement, hookimpl
 
 OPTIONS = (
@@ -41,15 +45,47 @@ OPTIONS = (
 )
 
 
+class ConvertedOps(Set):
+    """The aten overloads with a converter, read from the converter tables when the core
+    first plans a graph: a process whose compiled graphs all come from the plan cache
+    plans nothing, and imports neither the converters nor onnx."""
+
+    @functools.cached_property
+    def _ops(self) -> frozenset:
+        from torchkiln_onnxrt import compiler  # noqa: F401 (its imports register the converters)
+        from torchkiln_onnxrt.converter import CONVERTERS
+
+        return frozenset(CONVERTERS)
+
+    def __bool__(self) -> bool:
+        return True  # there are converters: no need to import them to say so
+
+    def __contains__(self, op: object) -> bool:
+        return op in self._ops
+
+    def __iter__(self) -> Iterator:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+
+def compile_partition(gm: Any, example_inputs: list, **options: Any) -> Any:
+    """``torchkiln_onnxrt.compiler.compile_aten_graph``, imported on the first conversion."""
+    from torchkiln_onnxrt.compiler import compile_aten_graph
+
+    return compile_aten_graph(gm, example_inputs, **options)
+
+
 def capabilities() -> Capabilities:
-    """The aten overloads with a converter (called on the first compile: imports onnx)."""
+    """The ops with a converter, and what loads compiled graphs (called on the first compile:
+    imports onnxruntime; the converters and onnx come when a graph is converted)."""
     from torchkiln_onnxrt import cache
-    from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
-    from torchkiln_onnxrt.converter import CONVERTERS
+    from torchkiln_onnxrt.decompositions import decompositions
 
     return Capabilities(
-        compile_partition=compile_aten_graph,
-        ops=frozenset(CONVERTERS),
+        compile_partition=compile_partition,
+        ops=ConvertedOps(),
         decompositions=decompositions,
         codec=cache.codec(),
     )

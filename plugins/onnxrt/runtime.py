@@ -17,7 +17,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError, NotImplementedYet
-from torchkiln_onnxrt.converter import ConvertedGraph
+from torchkiln_onnxrt.converted import ConvertedGraph
 from torchkiln_onnxrt.dtypes import onnx_dtype
 
 OPTIMIZATION_LEVELS = {
@@ -110,7 +110,7 @@ class OnnxRuntimeGraph:
         self.input_args = converted.input_args or list(range(len(self.input_names)))
         self.output_slots = converted.output_slots
         self.output_metas = converted.output_metas
-        self.output_names = [o.name for o in converted.model.graph.output]
+        self.output_names = converted.output_names
         self.session = None
         if self.output_names:
             options = onnxruntime.SessionOptions()
@@ -118,7 +118,7 @@ class OnnxRuntimeGraph:
             # As many threads as eager torch uses, so the two compare like for like.
             options.intra_op_num_threads = intra_op_num_threads or torch.get_num_threads()
             self.session = onnxruntime.InferenceSession(
-                converted.model.SerializeToString(), sess_options=options, providers=list(providers)
+                converted.model_bytes, sess_options=options, providers=list(providers)
             )
         self._device_type = device.type
         self._device_id = device.index or 0

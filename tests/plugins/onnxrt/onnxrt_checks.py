@@ -13,7 +13,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_leaves
 
 from torchkiln.aot import aot_autograd
-from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
+from torchkiln_onnxrt.compiler import compile_aten_graph
+from torchkiln_onnxrt.decompositions import decompositions
 
 Factory = Callable[[], torch.Tensor]
 

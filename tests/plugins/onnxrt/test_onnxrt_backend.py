@@ -18,8 +18,9 @@ from torchkiln import config, logs
 from torchkiln.api import resolve_backend
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, NotImplementedYet
 from torchkiln.registry import lookup_backend
-from torchkiln_onnxrt.compiler import compile_aten_graph, decompositions
+from torchkiln_onnxrt.compiler import compile_aten_graph
 from torchkiln_onnxrt.converter import convert_graph
+from torchkiln_onnxrt.decompositions import decompositions
 from torchkiln_onnxrt.dtypes import LOW_PRECISION, onnx_dtype
 from torchkiln_onnxrt.runtime import graph_device, session_providers
 
@@ -47,6 +48,17 @@ def test_entry_point_module_does_not_import_onnx():
         "assert 'onnx' not in sys.modules and 'onnxruntime' not in sys.modules, 'heavy import'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_onnx_element_types_are_the_ir_numbers():
+    """The runtime binds tensors with element types written as numbers (no onnx import)."""
+    for dtype, name in [
+        (torch.float32, "FLOAT"), (torch.float16, "FLOAT16"), (torch.bfloat16, "BFLOAT16"),
+        (torch.float64, "DOUBLE"), (torch.int64, "INT64"), (torch.int32, "INT32"),
+        (torch.int16, "INT16"), (torch.int8, "INT8"), (torch.uint8, "UINT8"),
+        (torch.bool, "BOOL"),
+    ]:  # fmt: skip
+        assert onnx_dtype(dtype) == getattr(onnx.TensorProto, name), dtype
 
 
 def test_op_without_converter_raises_not_implemented_naming_it():

@@ -14,8 +14,8 @@ from torchkiln.aot import KEEP_WHOLE
 from torchkiln.chain import BackendChain
 from torchkiln.exc import InvalidOptionError
 from torchkiln.registry import lookup_backend
-from torchkiln_onnxrt.compiler import decompositions
 from torchkiln_onnxrt.converter import CONVERTERS
+from torchkiln_onnxrt.decompositions import decompositions
 
 
 def angle_mlp(x, w):

@@ -69,3 +69,38 @@ def test_chain_with_inductor_round_trips(tmp_path):
     assert cold["converted"] > 0 and cold["stores"] == 2
     warm = run(tmp_path, ["onnxrt", "inductor"])
     assert warm["converted"] == 0 and warm["hits"] == 2
+
+
+LOADER = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import torchkiln
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8))
+    x = torch.randn(4, 8)
+    with torch.no_grad():  # an inference plan: stored at its first call
+        out = torchkiln.compile(model, backend="onnxrt")(x)
+    heavy = ["onnx", "sympy", "torchkiln_onnxrt.converter"]
+    imported = [m for m in heavy if m in sys.modules]
+    torch.testing.assert_close(out, model(x))  # (it imports sympy itself, for DTensors)
+    print(json.dumps({"imported": imported, **torchkiln.counters["aot_cache"]}))
+    """
+)
+
+
+def test_a_process_loading_from_the_plan_cache_imports_no_converter(tmp_path):
+    """Loading opens sessions on the stored bytes: onnx, sympy and the converter tables
+    (most of such a process's first call when they were imported) stay out."""
+    env = dict(os.environ, TORCHKILN_CACHE_DIR=str(tmp_path))
+    results = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", LOADER], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = results
+    assert "torchkiln_onnxrt.converter" in cold["imported"] and cold["stores"] == 1
+    assert warm == {"imported": [], "hits": 1}

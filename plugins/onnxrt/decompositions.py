@@ -1,0 +1,48 @@
+"""The decomposition table the onnxrt backend's graphs are traced with.
+
+Its own module, apart from the compiler: a process that loads its compiled graphs from
+the plan cache needs the table (it is part of the plan cache's key) but no converter.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
+
+from torchkiln.aot import keep_whole
+
+aten = torch.ops.aten
+
+#: Ops decomposed on top of the core aten tables: ONNX has no single op for them.
+EXTRA_DECOMPOSITIONS = (
+    aten.native_batch_norm,
+    aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_functional,
+    aten._native_batch_norm_legit_no_training,
+    aten._batch_norm_with_update,
+    aten._batch_norm_with_update_functional,
+    aten._batch_norm_no_update,
+    aten.native_layer_norm,
+    aten.native_dropout,
+    aten.elu,
+    aten.upsample_bilinear2d,
+    aten.upsample_nearest2d,
+    aten.linalg_vector_norm,
+)
+
+
+def decompositions() -> dict:
+    """The decomposition table to trace graphs for this backend with.
+
+    torch's core-aten table and :data:`EXTRA_DECOMPOSITIONS` (not the AOT
+    layer's default table: it brings some ops down to prims), keeping the ops
+    of ``torchkiln.aot.KEEP_WHOLE`` whole.
+
+    The table as torch keeps it, not ``core_aten_decompositions()``: that one is
+    torch.export's, which adds every CompositeImplicitAutograd op (decomposed by the
+    dispatcher as the AOT layer traces anyway) and costs 0.1-0.2 s to build, most of
+    the first call of a process that loads its compiled graphs from the plan cache.
+    """
+    table = dict(_core_aten_decompositions_post_autograd())
+    table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
+    return keep_whole(table)
