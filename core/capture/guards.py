@@ -68,6 +68,8 @@ class GuardSet:
         self.on_death: list[Callable[[], None]] = []
         #: The symbolic sizes of the inputs (``capture.symbolic.ShapeGuards``), if any.
         self.shapes: Any = None
+        #: ``(guard exprs in order, their hoisted forms)`` a stored record brought along
+        self._hoisted: tuple[tuple[str, ...], list[str]] | None = None
 
     def bind(self, value: Any, hint: str = "c") -> str:
         """A name in ``ns`` holding ``value`` (reused for the same object)."""
@@ -171,11 +173,20 @@ class GuardSet:
         return frozenset(self._sources)
 
     @classmethod
-    def restored(cls, ns: dict[str, Any], guards: list[Guard], sources: frozenset[str]) -> GuardSet:
-        """The guard set another process recorded (``persist``), over a rebuilt namespace."""
+    def restored(
+        cls,
+        ns: dict[str, Any],
+        guards: list[Guard],
+        sources: frozenset[str],
+        hoisted: list[str] | None = None,
+    ) -> GuardSet:
+        """The guard set another process recorded (``persist``), over a rebuilt namespace;
+        ``hoisted``: its :meth:`hoisted_exprs`, so that loading does not rewrite them."""
         restored = cls(ns)
         restored.guards = {g.expr: g for g in guards}
         restored._sources = set(sources)
+        if hoisted is not None:
+            restored._hoisted = (tuple(g.expr for g in restored.ordered()), hoisted)
         return restored
 
     def length(self, source: str, n: int) -> None:
@@ -309,8 +320,11 @@ class GuardSet:
         per expression, so the cost grows with the guards' text, not with
         guards x sources (a ResNet has thousands of both).
         """
+        ordered = self.ordered()
+        if self._hoisted is not None and self._hoisted[0] == tuple(g.expr for g in ordered):
+            return list(self._hoisted[1])
         names: dict[str, str] = {}
-        return [hoist(guard.expr, self._sources, names) for guard in self.ordered()]
+        return [hoist(guard.expr, self._sources, names) for guard in ordered]
 
     def source(self, params: str) -> str:
         """The text of the guard and first-failure functions (``TORCHKILN_LOGS=guards``)."""

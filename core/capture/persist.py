@@ -91,6 +91,8 @@ class Record:
 
     guards: list[Guard]
     sources: frozenset[str]
+    #: the guards rewritten to read each long source once (``GuardSet.hoisted_exprs``)
+    hoisted: list[str]
     recipes: list[tuple[str, tuple]]
     files: dict[str, str]
     code_source: str
@@ -212,6 +214,7 @@ def _record_of(entry: CacheEntry) -> Record:
     return Record(
         guards=guard_set.ordered(),
         sources=guard_set.sources,
+        hoisted=guard_set.hoisted_exprs(),
         recipes=recipes,
         files={f: _content_hash(f) for f in sorted(files)},
         code_source=entry.code_source,
@@ -455,7 +458,7 @@ def _entry_of(record: Record, fn: types.FunctionType, cfg: Any, args: tuple) -> 
     ns: dict[str, Any] = {}
     for name, recipe in record.recipes:
         ns[name] = _resolve(recipe, ns, frame, code, cfg)
-    guard_set = GuardSet.restored(ns, record.guards, record.sources)
+    guard_set = GuardSet.restored(ns, record.guards, record.sources, record.hoisted)
     for name, recipe in record.recipes:
         if recipe[0] == "pin":  # guarded by id and held weakly, as at capture
             guard_set.hold_weakly(ns[name], name)

@@ -376,3 +376,19 @@ def test_a_property_replaced_since_capture_is_not_loaded(persisted, monkeypatch)
     monkeypatch.setattr(Scaled, "factor", property(lambda self: -1.0))
     assert_close(torchkiln.compile(model, backend="eager")(x), model.lin(x) * -1.0)
     assert stats()["misses"] >= 1 and stats().get("hits", 0) == 0
+
+
+def test_a_loaded_record_brings_its_hoisted_guards(persisted, monkeypatch):
+    """Loading compiles the guard text the record stored: rewriting every guard again was a
+    large part of a warm start for models with many parameters."""
+    from torchkiln.capture import guards
+
+    run_compiled(Stack(2))
+    torchkiln.reset()
+
+    def no_rewrite(*args):
+        raise AssertionError("a loaded record's guards were hoisted again")
+
+    monkeypatch.setattr(guards, "hoist", no_rewrite)
+    run_compiled(Stack(2))
+    assert stats()["hits"] >= 2
