@@ -322,16 +322,23 @@ class OutputGraph:
     def guard_class_member(self, vt: V.VariableTracker, name: str) -> None:
         """``vt.name`` is a method read from the class: guard that no instance attribute of
         that name hides it, and that the class (or a base) still holds the same one
-        (classes are patched at run time too)."""
+        (classes are patched at run time too). An object the frame made itself has no
+        source: its class is reached through a name bound to it in the guards (what the
+        frame made it from was guarded where it was read)."""
         src = vt.source
-        if not src:
-            return
-        if hasattr(vt.value, "__dict__"):
-            self.guards.add(
-                f"{name!r} not in {src}.__dict__", 2, f"{src} has no instance attribute {name!r}"
-            )
-        for i, cls in enumerate(type(vt.value).__mro__):  # the type guard fixes the MRO
-            in_class = f"type({src}).__mro__[{i}].__dict__"
+        if src:
+            if hasattr(vt.value, "__dict__"):
+                self.guards.add(
+                    f"{name!r} not in {src}.__dict__",
+                    2,
+                    f"{src} has no instance attribute {name!r}",
+                )
+            owner, mro = f"type({src})", type(vt.value).__mro__  # the type guard fixes the MRO
+        else:
+            klass = vt.python_type()
+            owner, mro = self.guards.bind(klass, "cls"), klass.__mro__
+        for i, cls in enumerate(mro):
+            in_class = f"{owner}.__mro__[{i}].__dict__"
             if name in cls.__dict__:
                 self.guards.identity(f"{in_class}[{name!r}]", cls.__dict__[name])
                 return

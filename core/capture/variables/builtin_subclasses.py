@@ -155,9 +155,8 @@ class BuiltinSubclassVariable(objects.UserObjectVariable):
             storage.owner = self
 
     def guard_member(self, tx: Translator, name: str) -> None:
-        """For an object read from outside: the class still resolves ``name`` as now."""
-        if self.value is not None:
-            tx.output.guard_class_member(self, name)
+        """The class still resolves ``name`` as now."""
+        tx.output.guard_class_member(self, name)
 
     def native_method(self, tx: Translator, name: str, attr: Any) -> VariableTracker:
         if getattr(attr, "__objclass__", None) in _natives(self.cls):

@@ -146,8 +146,7 @@ def _call(tx: Translator, obj: VariableTracker, name: str, *args: VariableTracke
         return None  # object's comparisons return NotImplemented (``==`` ends in identity)
     if not isinstance(method, types.FunctionType):
         raise Unsupported(f"{obj.describe()}.{name} is a {type(method).__name__}, not traced")
-    if obj.value is not None:
-        tx.output.guard_class_member(obj, name)
+    tx.output.guard_class_member(obj, name)
     result = functions.UserMethodVariable(method, obj).call(tx, list(args), {})
     if result.is_constant() and result.as_python_constant() is NotImplemented:
         return None

@@ -163,9 +163,7 @@ class UserObjectVariable(ValueVariable):
     def class_attribute(self, tx: Translator, name: str, class_attr: Any) -> VariableTracker:
         """``obj.name`` found on the class only: a method bound, a descriptor run, or the
         value."""
-        if self.value is not None and isinstance(
-            class_attr, (types.FunctionType, staticmethod, classmethod)
-        ):
+        if isinstance(class_attr, (types.FunctionType, staticmethod, classmethod)):
             tx.output.guard_class_member(self, name)
         if lookups.binds_to_real_object(
             class_attr
@@ -185,8 +183,10 @@ class UserObjectVariable(ValueVariable):
             raise Unsupported(f"{self.describe()}.{name} is a {type(class_attr).__name__}")
         # read through the instance: an instance attribute set later, or a class
         # attribute changed, is then seen by the guards
-        source = f"{self.source}.{name}" if self.source and self.value is not None else None
-        return tx.output.wrap(class_attr, source)
+        if self.source and self.value is not None:
+            return tx.output.wrap(class_attr, f"{self.source}.{name}")
+        tx.output.guard_class_member(self, name)  # an object the frame made: through its class
+        return tx.output.wrap(class_attr, None)
 
     def cached_property(
         self, tx: Translator, name: str, prop: functools.cached_property
@@ -206,9 +206,9 @@ class UserObjectVariable(ValueVariable):
 
     def class_member(self, tx: Translator, name: str) -> VariableTracker:
         """The class attribute ``name`` (a descriptor), guarded to stay the same one."""
+        tx.output.guard_class_member(self, name)
         if self.value is None or not self.source:
             return tx.output.wrap(class_lookup(self.cls, name), None)
-        tx.output.guard_class_member(self, name)
         index = next(i for i, k in enumerate(self.cls.__mro__) if name in k.__dict__)
         source = f"type({self.source}).__mro__[{index}].__dict__[{name!r}]"
         return tx.output.wrap(self.cls.__mro__[index].__dict__[name], source)
@@ -240,6 +240,8 @@ class UserObjectVariable(ValueVariable):
                 )
             else:  # ``hasattr`` would run ``__getattr__``: where the name is not, instead
                 tx.output.guard_class_member(self, name)
+        elif self.value is None:  # an object the frame made: its class still lacks it
+            tx.output.guard_class_member(self, name)
         message = f"{self.cls.__name__!r} object has no attribute {name!r}"
         raise variables.exceptions.error(AttributeError, message, reason=reason)
 

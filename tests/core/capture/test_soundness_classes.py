@@ -82,3 +82,48 @@ def test_module_class_patched_after_compiling(backend):
     assert_close(compiled(x), m(x))
     m.forward = lambda x: x + 10  # on the original module, not through the compiled one
     assert_close(compiled(x), m(x))
+
+
+def make_class_built_in_frame():
+    class Doubler:
+        offset = 1.0
+
+        def __init__(self, k):
+            self.k = k
+
+        def apply(self, x):
+            return x * self.k + self.offset
+
+        def __add__(self, other):
+            return self.k + other
+
+        @property
+        def half(self):
+            return self.k / 2
+
+    return Doubler
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_class_of_an_object_the_frame_makes_patched_after_compiling(backend):
+    """An object made inside the frame has no source: its class's members are guarded
+    through the class, so patching the class recompiles."""
+    Doubler = make_class_built_in_frame()
+
+    def fn(x):
+        d = Doubler(2)
+        return d.apply(x) + d.half + (d + 1), hasattr(d, "extra")
+
+    compiled = torchkiln.compile(fn, backend=backend, fullgraph=True)
+    x = torch.randn(3)
+    assert_close(compiled(x), fn(x))
+    Doubler.offset = -5.0  # a class attribute
+    assert_close(compiled(x), fn(x))
+    Doubler.apply = lambda self, x: x - self.k  # a method
+    assert_close(compiled(x), fn(x))
+    Doubler.half = property(lambda self: -self.k)  # a property
+    assert_close(compiled(x), fn(x))
+    Doubler.__add__ = lambda self, other: 100 + other  # an operator
+    assert_close(compiled(x), fn(x))
+    Doubler.extra = 1  # a name the object lacked
+    assert_close(compiled(x), fn(x))
