@@ -669,5 +669,5 @@ def construct_class(tx: Translator, cls: type, args: list, kwargs: dict) -> V.Va
     if issubclass(cls, BaseException):
         return V.exceptions.construct(tx, cls, args, kwargs)
     if issubclass(cls, torch.nn.Module):
-        raise Unsupported(f"creating a {cls.__name__} module inside the compiled function")
+        return V.nn_modules.construct(tx, cls, args, kwargs)
     raise Unsupported(f"constructing a {cls.__qualname__} object")

@@ -32,6 +32,7 @@ _LITERAL_TYPES = (int, str, bool, type(None), bytes)
 
 #: Mutable objects: rebuilt once per entry, whatever refers to them (``reconstruct``).
 _BUILT_ONCE = (
+    V.FrameModuleVariable,
     V.ListVariable,
     V.DictVariable,
     V.SetVariable,
@@ -96,6 +97,8 @@ class FrameCodegen:
             return vt.source
         if isinstance(vt, (V.ListVariable, V.TupleVariable, V.DictVariable, V.SetVariable)):
             return self.literal(vt)
+        if isinstance(vt, V.FrameModuleVariable):
+            return vt.reconstruct(self)  # a new one, as each call of the frame makes
         if isinstance(vt, V.NNModuleVariable) and vt.attrs:
             # a slice of a Sequential: its members are the calling instance's, not these
             raise Unsupported(f"cannot rebuild a slice of a {vt.describe()} after the graph")

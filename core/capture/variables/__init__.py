@@ -93,7 +93,7 @@ from torchkiln.capture.variables.iterators import (
 )
 from torchkiln.capture.variables.lookups import literal_repr
 from torchkiln.capture.variables.mappings import MappingViewVariable, merged_items
-from torchkiln.capture.variables.nn_modules import NNModuleVariable
+from torchkiln.capture.variables.nn_modules import FrameModuleVariable, NNModuleVariable
 from torchkiln.capture.variables.objects import (
     ClassVariable,
     PythonModuleVariable,
@@ -146,6 +146,7 @@ __all__ = [
     "ExceptionVariable",
     "FieldVariable",
     "FilterVariable",
+    "FrameModuleVariable",
     "GeneratorVariable",
     "GradModeDecoratedVariable",
     "GradModeExitVariable",

@@ -9,6 +9,7 @@ compiled for all calls.
 import copy
 import functools
 
+import pytest
 import torch
 from torch import nn
 
@@ -328,3 +329,78 @@ def test_module_forward_behind_a_star_args_decorator_is_compiled(backend):
     x = torch.randn(2, 3)
     assert_same(compiled(x), model(x))
     assert backend.graph_count == 1
+
+
+# -- modules the frame makes ------------------------------------------------------------------
+
+
+class Concat(nn.Module):
+    """No ``__init__`` of its own; makes activations in its ``forward``."""
+
+    def forward(self, x, y):
+        return nn.ReLU()(torch.cat((x, y), dim=1)) * 2
+
+
+def makes_modules(x, y):
+    act = nn.Softmax(dim=-1)  # as some Hugging Face models write it
+    gelu = nn.GELU(approximate="tanh")
+    return act(x + y * 2), gelu(x), functools.partial(Concat(), y=y)(x)
+
+
+def test_parameter_free_modules_made_in_the_frame(backend):
+    def make():
+        return torch.randn(4, 5, requires_grad=True), torch.randn(4, 5)
+
+    check_compiled(makes_modules, make, backend=backend, graphs=1, grads=True, fullgraph=True)
+
+
+def returns_a_module(x):
+    m = nn.LeakyReLU(0.3)
+    return m(x), m
+
+
+def test_a_module_made_in_the_frame_and_returned_is_a_new_one_each_call():
+    compiled = torchkiln.compile(returns_a_module, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    (out, first), (_, second) = compiled(x), compiled(x)
+    torch.testing.assert_close(out, returns_a_module(x)[0])
+    assert type(first) is nn.LeakyReLU and first.negative_slope == 0.3
+    assert first is not second
+
+
+def test_modules_that_make_parameters_or_run_their_own_init_break_the_graph():
+    class Scaled(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def forward(self, x):
+            return x * self.k
+
+    for make, why in (
+        (lambda x: nn.Linear(3, 3)(x), "Linear module with parameters"),
+        (lambda x: Scaled(2.0)(x), r"Scaled module inside the compiled function \(its own"),
+    ):
+        with pytest.raises(torchkiln.exc.Unsupported, match=why):
+            torchkiln.compile(make, backend="eager", fullgraph=True)(torch.randn(3))
+        compiled = torchkiln.compile(make, backend="eager")  # without fullgraph: eager there
+        x = torch.randn(3)
+        torch.manual_seed(0)
+        actual = compiled(x)
+        torch.manual_seed(0)
+        torch.testing.assert_close(actual, make(x))
+
+
+def test_the_class_of_a_module_made_in_the_frame_is_guarded(backend):
+    def fn(x, y):
+        return Concat()(x, y)
+
+    compiled = torchkiln.compile(fn, backend=backend, fullgraph=True)
+    x, y = torch.randn(2, 2), torch.randn(2, 2)
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+    original = Concat.forward
+    Concat.forward = lambda self, x, y: x - y
+    try:
+        torch.testing.assert_close(compiled(x, y), x - y)
+    finally:
+        Concat.forward = original
