@@ -177,3 +177,22 @@ def test_storage_set_on_an_input_in_place(backend):
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     assert_close(compiled(x, y), y + 1)
     assert x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+def copy_into(out, x):
+    out.copy_(x.sin())
+    return out
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_aliased_inputs_of_another_size_recompile(dynamic):
+    """Aliases are rebuilt from their shared storage with the sizes they had: with symbolic
+    sizes, another size passed every guard and was rebuilt with the old sizes (a crash when
+    smaller, a part of the tensor left unwritten when larger)."""
+    compiled = torchkiln.compile(copy_into, backend="eager", dynamic=dynamic)
+    for rows, total in ((4, 4), (2, 2), (3, 5), (2, 5)):
+        buffer = torch.randn(total, 3)
+        eager_buffer = buffer.clone()
+        expected = copy_into(eager_buffer[:rows], eager_buffer[:rows])
+        assert_close(compiled(buffer[:rows], buffer[:rows]), expected)
+        assert_close(buffer, eager_buffer)
