@@ -92,7 +92,7 @@ def construct(tx: Translator, cls: type, args: list, kwargs: dict) -> FrameModul
     if (
         type(cls) is not type
         or cls.__new__ is not object.__new__
-        or not getattr(init, "__module__", "").startswith("torch.nn.")
+        or not getattr(init, "__module__", "").startswith("torch.")
     ):
         raise Unsupported(
             f"creating a {name} module inside the compiled function (its own __init__)"
