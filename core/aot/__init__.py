@@ -57,8 +57,9 @@ The convention every compiler gets, forward, backward and inference alike:
 ``make_fx`` takes them; ``None`` means none (the graph keeps the ops the
 dispatcher reaches). ``default_decompositions(keep=...)`` is the core-aten
 table built from ``torch._decomp``; it returns a fresh dict to copy and extend.
-Whatever the table, ops in ``KEEP_WHOLE`` stay whole (``keep_whole(table)``): their
-decompositions give wrong gradients.
+``core_aten_table()`` is torch's core-aten table as backends that convert aten graphs
+start from it. Whatever the table, ops in ``KEEP_WHOLE`` stay whole
+(``keep_whole(table)``): their decompositions give wrong gradients.
 
 A partitioner is ``partition_fn(joint_gm, num_fwd_outputs) -> (fw_gm, bw_gm)``:
 ``joint_gm`` has placeholders ``primals_*`` then ``tangents_*`` and outputs the
@@ -79,13 +80,19 @@ inference graphs.
 
 from torchkiln.aot.api import aot_autograd
 from torchkiln.aot.cache import ArtifactCodec
-from torchkiln.aot.decompositions import KEEP_WHOLE, default_decompositions, keep_whole
+from torchkiln.aot.decompositions import (
+    KEEP_WHOLE,
+    core_aten_table,
+    default_decompositions,
+    keep_whole,
+)
 from torchkiln.aot.partition import min_cut_partition, partition_with_saved, simple_partition
 
 __all__ = [
     "KEEP_WHOLE",
     "ArtifactCodec",
     "aot_autograd",
+    "core_aten_table",
     "default_decompositions",
     "keep_whole",
     "min_cut_partition",

@@ -33,6 +33,20 @@ def keep_whole(table: Mapping[Callable, Callable]) -> dict[Callable, Callable]:
     return {op: fn for op, fn in table.items() if op not in KEEP_WHOLE}
 
 
+def core_aten_table() -> dict[Callable, Callable]:
+    """torch's core-aten decomposition table as ``torch._decomp`` keeps it, minus
+    :data:`KEEP_WHOLE` (a new dict): what backends that convert aten graphs start from.
+
+    Not ``torch._decomp.core_aten_decompositions()``: that is torch.export's table, which adds
+    every CompositeImplicitAutograd op (the dispatcher decomposes them as the AOT layer
+    traces anyway) and takes 0.1-0.2 s to build, most of the first call of a process that
+    loads its compiled graphs from the plan cache.
+    """
+    from torch._decomp import _core_aten_decompositions_post_autograd
+
+    return keep_whole(_core_aten_decompositions_post_autograd())
+
+
 def default_decompositions(keep: Iterable[torch._ops.OpOverload] = ()) -> dict[Callable, Callable]:
     """The core-aten decomposition table, minus the overloads in ``keep``.
 

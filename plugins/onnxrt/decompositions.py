@@ -7,9 +7,9 @@ the plan cache needs the table (it is part of the plan cache's key) but no conve
 from __future__ import annotations
 
 import torch
-from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
+from torch._decomp import get_decompositions
 
-from torchkiln.aot import keep_whole
+from torchkiln.aot import core_aten_table, keep_whole
 
 aten = torch.ops.aten
 
@@ -34,15 +34,10 @@ EXTRA_DECOMPOSITIONS = (
 def decompositions() -> dict:
     """The decomposition table to trace graphs for this backend with.
 
-    torch's core-aten table and :data:`EXTRA_DECOMPOSITIONS` (not the AOT
-    layer's default table: it brings some ops down to prims), keeping the ops
-    of ``torchkiln.aot.KEEP_WHOLE`` whole.
-
-    The table as torch keeps it, not ``core_aten_decompositions()``: that one is
-    torch.export's, which adds every CompositeImplicitAutograd op (decomposed by the
-    dispatcher as the AOT layer traces anyway) and costs 0.1-0.2 s to build, most of
-    the first call of a process that loads its compiled graphs from the plan cache.
+    torch's core-aten table (``torchkiln.aot.core_aten_table``) and
+    :data:`EXTRA_DECOMPOSITIONS` (not the AOT layer's default table: it brings some ops
+    down to prims), keeping the ops of ``torchkiln.aot.KEEP_WHOLE`` whole.
     """
-    table = dict(_core_aten_decompositions_post_autograd())
+    table = core_aten_table()
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     return keep_whole(table)

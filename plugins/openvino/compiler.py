@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import get_decompositions
 
 import openvino as ov
 from openvino.frontend import FrontEndManager
 from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder
 from torchkiln import logs
-from torchkiln.aot import keep_whole
+from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError
 from torchkiln_openvino import freeze, ops
 from torchkiln_openvino.runtime import OpenVINOGraph, element_type
@@ -39,7 +39,7 @@ def decompositions() -> dict:
     training batch norm is decomposed, so that the statistics it saves for the
     backward come from ops OpenVINO converts.
     """
-    table = dict(core_aten_decompositions())
+    table = core_aten_table()
     table.update(get_decompositions([aten._native_batch_norm_legit_functional]))
     return keep_whole(table)
 

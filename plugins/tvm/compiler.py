@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import get_decompositions
 from torch.utils._pytree import tree_leaves
 
 import tvm
 from torchkiln import logs
-from torchkiln.aot import keep_whole
+from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import KilnError
 from torchkiln_tvm import targets
 from torchkiln_tvm.converters import (
@@ -58,7 +58,7 @@ EXTRA_DECOMPOSITIONS = (
 
 def decompositions() -> dict:
     """torch's core-aten table and :data:`EXTRA_DECOMPOSITIONS`, minus ``KEEP_WHOLE``."""
-    table = dict(core_aten_decompositions())
+    table = core_aten_table()
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     return keep_whole(table)
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch._decomp import core_aten_decompositions
 
 import torchkiln
-from torchkiln.aot import KEEP_WHOLE, aot_autograd, default_decompositions
+from torchkiln.aot import KEEP_WHOLE, aot_autograd, core_aten_table, default_decompositions
 
 FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 
@@ -19,6 +19,15 @@ def attention(q, k, v):
 def test_default_table_keeps_cpu_flash_attention_whole():
     assert FLASH_CPU in KEEP_WHOLE
     assert FLASH_CPU not in default_decompositions()
+
+
+def test_core_aten_table_is_torchs_without_the_ops_kept_whole():
+    """The table backends that convert aten graphs start from: torch's core-aten
+    decompositions (torch.export's adds only CompositeImplicitAutograd ops), hazards out."""
+    table, torchs = core_aten_table(), core_aten_decompositions()
+    assert FLASH_CPU not in table
+    assert table.keys() <= torchs.keys()
+    assert torch.ops.aten.addcmul.default in table  # a core-aten decomposition, as an example
 
 
 def test_torch_core_aten_table_gives_eager_attention_gradients():
