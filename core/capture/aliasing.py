@@ -90,12 +90,7 @@ def _merge(output: OutputGraph, members: list) -> None:
         )
         # each alias is rebuilt with these very sizes and strides: a dimension made dynamic
         # (automatic dynamic, dynamic=True) must not let other sizes through
-        shape, stride = tuple(value.shape), tuple(value.stride())
-        output.guards.add(
-            f"{source}.shape == {shape!r} and {source}.stride() == {stride!r}",
-            COST_TENSOR,
-            f"{source} has sizes {shape} and strides {stride} (rebuilt from the shared storage)",
-        )
+        output.guards.exact_layout(source, value)
     make_base = output.guards.bind(alias_base, "alias_base")
     base = output.add_input(alias_base(first), f"{make_base}({members[0][0]})")
     graph = output.graph

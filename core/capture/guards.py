@@ -227,10 +227,14 @@ class GuardSet:
         if fake is not None and any(isinstance(s, torch.SymInt) for s in fake.shape):
             self._symbolic_sizes(source, fake)
             return
+        self.exact_layout(source, t, strides=config.guard_strides)
+
+    def exact_layout(self, source: str, t: torch.Tensor, strides: bool = True) -> None:
+        """``source`` has ``t``'s very sizes (and strides), whichever dimensions are symbolic."""
         size = tuple(t.shape)
         # ``.shape``: the same ``torch.Size`` as ``.size()``, read without a method call
         self.add(f"{source}.shape == {size!r}", COST_TENSOR, f"{source}.size() == {size}")
-        if config.guard_strides:
+        if strides:
             stride = tuple(t.stride())
             self.add(
                 f"{source}.stride() == {stride!r}", COST_TENSOR, f"{source}.stride() == {stride}"

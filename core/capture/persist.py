@@ -268,11 +268,7 @@ def _class_member(value: Any) -> tuple[str, str, tuple] | None:
     qualname, with the fingerprints of the code it runs: a class given another descriptor of
     that name since (a monkeypatched property) must not pass for it. None for anything else,
     and for functions with closures, whose cells a fingerprint does not cover."""
-    functions = [
-        f
-        for f in (getattr(value, a, None) for a in ("fget", "fset", "fdel", "__func__", "func"))
-        if isinstance(f, types.FunctionType)
-    ]
+    functions = [f for f in _member_functions(value) if f is not None]
     if not functions or any(f.__closure__ for f in functions):
         return None
     owner_path, _, attr = functions[0].__qualname__.rpartition(".")
@@ -290,12 +286,15 @@ def _class_member(value: Any) -> tuple[str, str, tuple] | None:
         return None
 
 
+def _member_functions(value: Any) -> list[types.FunctionType | None]:
+    """The Python function in each slot a descriptor may have (None where it has none)."""
+    slots = (getattr(value, a, None) for a in ("fget", "fset", "fdel", "__func__", "func"))
+    return [f if isinstance(f, types.FunctionType) else None for f in slots]
+
+
 def _member_fingerprints(value: Any) -> tuple:
     """The code fingerprint of each function slot of a descriptor (None where it has none)."""
-    return tuple(
-        code_fingerprint(f.__code__) if isinstance(f, types.FunctionType) else None
-        for f in (getattr(value, a, None) for a in ("fget", "fset", "fdel", "__func__", "func"))
-    )
+    return tuple(f and code_fingerprint(f.__code__) for f in _member_functions(value))
 
 
 def _pin(name: str, guard_set: GuardSet) -> tuple:
