@@ -96,6 +96,7 @@ class _AOTCompiled:
         decompositions: Decompositions | None,
         partition_fn: Partitioner,
         cache: PlanCache | None,
+        before_trace: Callable[[], None] | None = None,
     ) -> None:
         self.gm = gm
         self.fw_compiler = fw_compiler
@@ -104,6 +105,7 @@ class _AOTCompiled:
         self.decompositions = decompositions
         self.partition_fn = partition_fn
         self.cache = cache
+        self.before_trace = before_trace
         #: The compiled model's runtime wrappers (CUDA graphs, say), applied around each
         #: compiled forward, backward and inference graph; kept out of the plan cache.
         self.wrappers = runtime_wrappers.claim()
@@ -179,6 +181,7 @@ class _AOTCompiled:
             self.decompositions,
             self.partition_fn,
             self.cache,
+            self.before_trace,
         )
         static.wrappers = self.wrappers
         static.plan_for(args)
@@ -200,6 +203,8 @@ class _AOTCompiled:
             cached = self.cache.load(key)
             if cached is not None:
                 return cached
+        if self.before_trace is not None:
+            self.before_trace()
         with paused_saved_tensors_hooks():
             meta, plan = self._trace_and_compile(args, training)
         if key is not None:
@@ -270,6 +275,7 @@ def aot_autograd(
     decompositions: Decompositions | None = None,
     partition_fn: Partitioner | None = None,
     cache: ArtifactCodec | None = None,
+    before_trace: Callable[[], None] | None = None,
 ) -> Callable[[fx.GraphModule, list], Callable]:
     """A backend compile function that traces forward and backward ahead of time.
 
@@ -277,6 +283,9 @@ def aot_autograd(
     ``partition_fn`` defaults to :func:`min_cut_partition`. See
     :mod:`torchkiln.aot` for the graphs each compiler receives. ``cache``
     (how to store the compilers' results) turns on the on-disk plan cache.
+    ``before_trace`` is called when a graph is about to be traced and compiled (not when its
+    plan is loaded from the cache): a backend starts there what its compilers will need, so
+    that it starts while the trace runs (inductor: its Triton compile workers).
     ``decompositions`` never decompose the ops of ``torchkiln.aot.KEEP_WHOLE``.
     """
     partition_fn = partition_fn or min_cut_partition
@@ -293,6 +302,7 @@ def aot_autograd(
             decompositions=decompositions,
             partition_fn=partition_fn,
             cache=plan_cache,
+            before_trace=before_trace,
         )
         compiled.plan_for(example_inputs)
         compiled.seal()

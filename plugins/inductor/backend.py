@@ -13,6 +13,7 @@ and compiles nothing.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,4 +116,23 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) ->
         inference_compiler=compiler,
         decompositions=decompositions(),
         cache=plan_codec(opts),
+        before_trace=_compile_workers_starter(example_inputs),
     )(gm, example_inputs)
+
+
+def _compile_workers_starter(example_inputs: list[Any]) -> Callable[[], None] | None:
+    """What starts Triton's compile workers for a graph on a GPU (None: nothing to start).
+
+    The workers take seconds to import torch and Triton; started before the AOT layer traces
+    the graph, they are ready when its kernels are (``codegen/triton_workers``)."""
+    cuda = [x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda]
+    if not cuda or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+
+    def start() -> None:
+        from .codegen.triton_workers import warm_pool
+
+        with torch.cuda.device(cuda[0]):
+            warm_pool()
+
+    return start

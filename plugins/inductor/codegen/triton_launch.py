@@ -102,6 +102,20 @@ class LeanLauncher:
         if aligned not in self._compiled:
             self._compile(aligned, tensors)
 
+    def job(self, dtypes: tuple[torch.dtype, ...]):
+        """The worker job (``triton_workers``) that compiles this kernel for aligned
+        pointers of ``dtypes`` into Triton's disk cache."""
+        from .triton_workers import compile_job
+
+        return compile_job(
+            self._fn,
+            dtypes,
+            self._grid,
+            self._meta,
+            self._options["num_warps"],
+            self._options.get("num_stages"),
+        )
+
     def _warmup(self, tensors: tuple[torch.Tensor, ...]):
         return self._fn.warmup(*tensors, grid=self._grid, **self._options, **self._meta)
 
@@ -124,11 +138,12 @@ def _alignment(tensors: tuple[torch.Tensor, ...]) -> tuple[bool, ...]:
 
 def compile_at_once(kernels: list[tuple[object, tuple[torch.dtype, ...], str]]) -> None:
     """Compile ``(launcher, param dtypes, device)`` kernels together, for aligned pointers
-    (what torch allocates), on a pool of threads under Triton's ``AsyncCompileMode``. Not in
-    worker processes (``triton_workers``): on the H100 machine, starting them cost more than
-    a graph's one compile per kernel (mlp training's cold compile: 13.7 s on threads, 19.3 s
-    with workers). Interpreted kernels compile nothing; a call with unaligned pointers
-    compiles its own."""
+    (what torch allocates). Where Triton's compile workers were started (``triton_workers``,
+    when the graph's trace began) they compile the kernels in parallel into Triton's disk
+    cache first: Triton's front end is Python, and on a pool of threads it runs one kernel
+    at a time under the GIL. Then a pool of threads under Triton's ``AsyncCompileMode``
+    loads them (or compiles them, without workers). Interpreted kernels compile nothing; a
+    call with unaligned pointers compiles its own."""
     lean = [
         (launcher, dtypes, device)
         for launcher, dtypes, device in kernels
@@ -137,6 +152,11 @@ def compile_at_once(kernels: list[tuple[object, tuple[torch.dtype, ...], str]]) 
     if len(lean) < 2:
         return  # nothing to overlap: the first call compiles
     from triton import AsyncCompileMode
+
+    from .triton_workers import is_warm, precompile
+
+    if is_warm():  # the workers compile for the GPU that was current when they started
+        precompile([launcher.job(dtypes) for launcher, dtypes, _ in lean])
 
     workers = min(len(lean), os.cpu_count() or 1, COMPILE_THREADS)
     with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):

@@ -14,8 +14,10 @@ compile-only Triton driver (no CUDA context, no device memory). A job that fails
 worker costs nothing but the time: this process compiles it itself and reports the
 failure where it always did.
 
-Workers are plain subprocesses (not forked: this process has a CUDA context), started on
-first use and kept for the life of the process; one that dies stops them all.
+Workers are plain subprocesses (not forked: this process has a CUDA context), kept for the
+life of the process; one that dies stops them all. Each imports torch and Triton as it
+starts (seconds): :func:`warm_pool` starts them when a CUDA graph's compile begins, so that
+their start overlaps the tracing and lowering before the first kernel is ready.
 """
 
 from __future__ import annotations
@@ -94,6 +96,16 @@ def precompile(jobs: list[CompileJob]) -> None:
     counters["triton_workers"]["failed"] += failed
     if any(not worker.alive for worker in workers):
         _stop("a worker process died")
+
+
+def warm_pool() -> None:
+    """Start the workers now (milliseconds: they import torch and Triton on their own)."""
+    _workers()
+
+
+def is_warm() -> bool:
+    """Whether workers were started (:func:`warm_pool`) and none has failed."""
+    return bool(_pool)
 
 
 def _workers() -> list[_Worker]:
@@ -202,6 +214,7 @@ class CompileOnlyDriver:
 
 def _serve() -> None:
     """A worker's loop: the target, then jobs; each answered with None or the error's text."""
+    import triton.compiler  # noqa: F401  (before the first job: jobs find the worker ready)
     from triton.runtime import driver
 
     requests, replies = sys.stdin.buffer, sys.stdout.buffer

@@ -193,3 +193,22 @@ def test_a_backend_that_cannot_store_its_graph_is_not_cached() -> None:
     torch.testing.assert_close(compiled(*args), gelu_mlp(*args))
     assert torchkiln.counters["aot_cache"]["stores"] == 0
     assert torchkiln.counters["aot_cache"]["uncacheable"] == 1
+
+
+def test_before_trace_runs_when_a_graph_is_traced_not_when_its_plan_is_loaded() -> None:
+    """A backend starts its slow helpers (inductor: Triton compile workers) in
+    ``before_trace``: a plan from the cache needs none of them."""
+    traces = []
+
+    def compile_with_hook(args):
+        compiler = GraphCompiler()
+        return aot_autograd(
+            fw_compiler=compiler, cache=GRAPH_CODEC, before_trace=lambda: traces.append(1)
+        )(fx.symbolic_trace(gelu_mlp), args)
+
+    args = inputs()
+    eager_and_compiled_grads(compile_with_hook(args), args)
+    assert traces == [1]
+    fresh = inputs()
+    eager_and_compiled_grads(compile_with_hook(fresh), fresh)
+    assert traces == [1]  # loaded from the cache: nothing traced

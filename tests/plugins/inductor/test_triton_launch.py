@@ -18,6 +18,7 @@ class SlowKernel:
 
     def __init__(self):
         self.compiled_on: list[str] = []
+        self.fn = self.warmup  # what a compile job names the kernel by (its code object)
 
     def warmup(self, *tensors, grid, num_warps, **meta):
         from triton.runtime._async_compile import active_mode
@@ -47,3 +48,22 @@ def test_kernels_of_a_graph_compile_together_on_worker_threads():
     for launcher in launchers:  # the first call with aligned pointers uses that compile
         aligned = (True, True)
         assert launcher._started[aligned].result() == "compiled kernel"
+
+
+def test_started_compile_workers_compile_a_graphs_kernels_first(monkeypatch):
+    """Once ``triton_workers.warm_pool`` started them, the workers get every kernel (Triton's
+    front end runs one kernel at a time on threads, under the GIL); the threads then load."""
+    from torchkiln_inductor.codegen import triton_workers
+
+    sent = []
+    monkeypatch.setattr(triton_workers, "is_warm", lambda: True)
+    monkeypatch.setattr(triton_workers, "precompile", sent.extend)
+    kernels = [SlowKernel() for _ in range(3)]
+    launchers = [
+        LeanLauncher(k, (2,), {"XBLOCK": 64}, num_warps=w) for k, w in zip(kernels, (2, 4, 8))
+    ]
+    compile_at_once([(launcher, (torch.float32, torch.int64), "cpu") for launcher in launchers])
+    assert [(job.num_warps, job.grid, job.meta, job.dtypes) for job in sent] == [
+        (w, (2,), (("XBLOCK", 64),), ("float32", "int64")) for w in (2, 4, 8)
+    ]
+    assert all(k.compiled_on for k in kernels)  # and each is still compiled (loaded) here
