@@ -52,6 +52,19 @@ def has_call_hooks(module: torch.nn.Module) -> bool:
     )
 
 
+#: what wrappers keep in their own ``__dict__`` (``CompiledDDP`` adds ``_inner``)
+_WRAPPER_SLOTS = frozenset(
+    {
+        "_orig_mod",
+        "_compile_forward",
+        "_compiled_forward",
+        "_compiled_from",
+        "_compiled_call",
+        "_inner",
+    }
+)
+
+
 class CompiledModule(torch.nn.Module):
     """``mod`` whose ``forward`` runs compiled; everything else is ``mod``'s.
 
@@ -91,6 +104,23 @@ class CompiledModule(torch.nn.Module):
             self._recompile_forward()
         return self._compiled_forward(*args, **kwargs)
 
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Any:
+        """The original's modules, and first this wrapper where an API was applied to the
+        wrapper itself: FSDP2's ``fully_shard`` keeps its state in the wrapper's
+        ``__dict__``, and its root finds every sharded module by walking ``modules()``."""
+        memo = set() if memo is None else memo
+        if self.__dict__.keys() - _WRAPPER_SLOTS and not (remove_duplicate and self in memo):
+            if remove_duplicate:
+                memo.add(self)
+            yield prefix, self
+        yield from self._orig_mod.named_modules(memo, prefix, remove_duplicate)
+
+    def modules(self) -> Any:
+        for _, module in self.named_modules():
+            yield module
+
     def compile(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(
             "this module is already compiled by torchkiln; nn.Module.compile() would compile "
@@ -105,7 +135,12 @@ class CompiledModule(torch.nn.Module):
         return getattr(self._orig_mod, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._orig_mod, name, value)
+        # Dunders are the wrapper's own: FSDP2's ``fully_shard`` sets ``__class__`` to a
+        # subclass of the wrapper's class, which the original must not become.
+        if name.startswith("__") and name.endswith("__"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._orig_mod, name, value)
 
     def __delattr__(self, name: str) -> None:
         delattr(self._orig_mod, name)

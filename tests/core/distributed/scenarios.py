@@ -126,9 +126,10 @@ def _split(bucket_cap_mb: float, split: bool):
     return run
 
 
-def _fsdp2(backend: str, per_block: bool):
+def _fsdp2(backend: str, per_block: bool, compile_first: bool = False):
     """FSDP2: blocks and the root ``fully_shard``-ed (their all-gathers and reduce-scatters
-    run in FSDP's hooks, outside the graphs), compiled whole or block by block."""
+    run in FSDP's hooks, outside the graphs), compiled whole or block by block; with
+    ``compile_first``, each block is compiled before ``fully_shard`` (torchtitan's order)."""
 
     def run(rank: int) -> int:
         from torch.distributed.device_mesh import init_device_mesh
@@ -137,11 +138,19 @@ def _fsdp2(backend: str, per_block: bool):
         torchkiln.reset()
         mesh = init_device_mesh("cpu", (2,))
 
-        def make():
+        def make(compile_blocks: bool = False):
             model = _model()
-            for block in model.blocks:
+            for i, block in enumerate(model.blocks):
+                if compile_blocks:
+                    model.blocks[i] = block = torchkiln.compile(block, backend=backend)
                 fully_shard(block, mesh=mesh)
             return fully_shard(model, mesh=mesh)
+
+        if compile_first:
+            torch.testing.assert_close(
+                _train(make(compile_blocks=True), rank), _train(make(), rank)
+            )
+            return torchkiln.counters["frames"]["ok"]
 
         def compiled(model):
             if not per_block:
@@ -206,6 +215,7 @@ SCENARIOS = {
     "split_one_bucket": _split(25.0, split=True),
     "fsdp2_whole_aot_eager": _fsdp2("aot_eager", per_block=False),
     "fsdp2_blocks_inductor": _fsdp2("inductor", per_block=True),
+    "fsdp2_compile_first_aot_eager": _fsdp2("aot_eager", per_block=True, compile_first=True),
     "inplace_all_reduce": _collective(_inplace_all_reduce),
     "functional_all_reduce": _collective(_functional_all_reduce),
     "functional_gather_scatter": _collective(_functional_gather_scatter),

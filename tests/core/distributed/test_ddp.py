@@ -70,7 +70,9 @@ def test_no_sync_accumulates_like_ddp(results):
     assert _outcome(results, "ddp_no_sync") == [0, 0]
 
 
-@pytest.mark.parametrize("name", ["fsdp2_whole_aot_eager", "fsdp2_blocks_inductor"])
+@pytest.mark.parametrize(
+    "name", ["fsdp2_whole_aot_eager", "fsdp2_blocks_inductor", "fsdp2_compile_first_aot_eager"]
+)
 def test_compiled_fsdp2_trains_like_fsdp2(results, name):
     # 3 SGD steps match uncompiled FSDP2 (parameters compared whole); frames were compiled
     assert all(frames > 0 for frames in _outcome(results, name))
