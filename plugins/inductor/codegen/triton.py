@@ -52,6 +52,11 @@ if TYPE_CHECKING:
 
 #: elements of one ``[XBLOCK, RBLOCK]`` tile
 TILE_ELEMENTS = 4096
+#: rows at least this long get a program each (``XBLOCK=1``), with warps spread along the row,
+#: as torch's inductor gives them (it tunes only shorter rows): several rows per program
+#: ran layer norm's backward at half torch's speed on the H200 (more registers per thread,
+#: fewer programs)
+ROW_PER_PROGRAM = 256
 #: elements one program of a pointwise kernel handles
 POINTWISE_BLOCK = 1024
 #: reduced elements per block of a kernel that reduces down columns (see ``_reads_down_columns``)
@@ -627,12 +632,16 @@ class TritonKernel:
         xnumel = self.xnumel
         self._columns = self._reads_down_columns()
         rblocks = [self._rblock(seg) for seg in self.plan.segments if self._tiled(seg)]
-        if rblocks:
+        rows = bool(rblocks) and not self._columns and max(rblocks) >= ROW_PER_PROGRAM
+        if rows:
+            xblock = 1
+        elif rblocks:
             xblock = min(_pow2(xnumel), max(1, TILE_ELEMENTS // max(rblocks)))
         else:
             xblock = min(_pow2(xnumel), POINTWISE_BLOCK)
         self.meta["XBLOCK"] = xblock
-        self.num_warps = num_warps_for(xblock * max(rblocks, default=1))
+        tile = xblock * max(rblocks, default=1)
+        self.num_warps = num_warps_for(tile, per_thread=4 if rows else 8)
         wide = self._max_numel() >= 2**31
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
@@ -916,10 +925,11 @@ class TritonKernel:
         return TritonValue(n[0], acc.value.dtype, frozenset("x"))
 
 
-def num_warps_for(tile_elements: int) -> int:
-    """Warps per program: 8 elements of a tile per thread, between 2 and 8 warps (a
-    1024-element pointwise block gets Triton's default 4, a persistent 4096-wide row 8)."""
-    return max(2, min(8, tile_elements // 256))
+def num_warps_for(tile_elements: int, per_thread: int = 8) -> int:
+    """Warps per program: ``per_thread`` elements of a tile per thread, between 2 and 8
+    warps (a 1024-element pointwise block gets Triton's default 4; a row of 1024 elements,
+    4 per thread as torch's inductor spreads a row, 8)."""
+    return max(2, min(8, tile_elements // (32 * per_thread)))
 
 
 def _pow2(n: int) -> int:
