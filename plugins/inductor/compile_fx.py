@@ -70,10 +70,12 @@ class GraphArtifact:
         )
         return f"{header}\n{kernels}\n# ---- wrapper ----\n{self.wrapper_source}"
 
-    def bind(self, lib: ctypes.CDLL | None) -> CompiledGraph:
+    def bind(self, lib: ctypes.CDLL | None, fresh: bool = False) -> CompiledGraph:
+        """The callable over ``lib``'s kernels; ``fresh``: generated just now, not loaded from
+        the plan cache (its Triton kernels are likely compiled for the first time)."""
         ns = {"torch": torch, **self.namespace}
         if self.triton:
-            self.triton.load(ns)
+            self.triton.load(ns, fresh)
         for name, num_params in self.kernels:
             fn = getattr(lib, name)
             fn.argtypes = [ctypes.c_void_p] * num_params
@@ -82,10 +84,10 @@ class GraphArtifact:
         exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
         return CompiledGraph(ns["call"], self)
 
-    def load(self) -> CompiledGraph:
+    def load(self, fresh: bool = False) -> CompiledGraph:
         """The callable: the kernels' library from the C++ cache (built if missing), bound."""
         lib = load_library(self.cpp_source, self.opt_level) if self.kernels else None
-        return self.bind(lib)
+        return self.bind(lib, fresh)
 
 
 @dataclass
@@ -223,7 +225,7 @@ def compile_many(
     if kernels:
         level = opt_level or generated[0].options.opt_level
         lib = load_library(translation_unit(kernels), level)
-    return [g.artifact.bind(lib) for g in generated]
+    return [g.artifact.bind(lib, fresh=True) for g in generated]
 
 
 def compile_fx(
@@ -231,7 +233,7 @@ def compile_fx(
 ) -> CompiledGraph:
     """Compile an aten-level graph into a callable."""
     options = options or InductorOptions()
-    return generate(gm, example_inputs, options).artifact.load()
+    return generate(gm, example_inputs, options).artifact.load(fresh=True)
 
 
 def _output_node(gm: GraphModule):

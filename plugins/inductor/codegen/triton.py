@@ -971,11 +971,12 @@ class TritonModule:
     templates: tuple[GemmLaunch, ...] = ()
     template_tuning: TuningSettings | None = None
 
-    def load(self, namespace: dict[str, Any]) -> None:
+    def load(self, namespace: dict[str, Any], fresh: bool = False) -> None:
         """Import the source (Triton reads a kernel's source from its file, written to a folder
         of this process's own: one in the cache could hold someone else's code) and bind
         each kernel's launcher into ``namespace``, the wrapper's globals (where a tuned kernel
-        puts its winner in its own place)."""
+        puts its winner in its own place). ``fresh``: generated just now, so its kernels go
+        to the compile workers; a plan-cache load finds them in Triton's cache."""
         from torchkiln.plugin import private_cache_dir, scratch_dir
 
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:24]
@@ -1002,7 +1003,8 @@ class TritonModule:
             k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta), k.num_warps)
             for k in self.launches
         }
-        compile_at_once([(launchers[k.name], k.dtypes, k.device) for k in self.launches])
+        kernels = [(launchers[k.name], k.dtypes, k.device) for k in self.launches]
+        compile_at_once(kernels, in_workers=fresh)
         namespace.update(launchers)
 
 

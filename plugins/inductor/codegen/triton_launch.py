@@ -136,14 +136,18 @@ def _alignment(tensors: tuple[torch.Tensor, ...]) -> tuple[bool, ...]:
     return tuple(t.data_ptr() % POINTER_ALIGNMENT == 0 for t in tensors)
 
 
-def compile_at_once(kernels: list[tuple[object, tuple[torch.dtype, ...], str]]) -> None:
+def compile_at_once(
+    kernels: list[tuple[object, tuple[torch.dtype, ...], str]], in_workers: bool = False
+) -> None:
     """Compile ``(launcher, param dtypes, device)`` kernels together, for aligned pointers
-    (what torch allocates). Where Triton's compile workers were started (``triton_workers``,
-    when the graph's trace began) they compile the kernels in parallel into Triton's disk
-    cache first: Triton's front end is Python, and on a pool of threads it runs one kernel
-    at a time under the GIL. Then a pool of threads under Triton's ``AsyncCompileMode``
-    loads them (or compiles them, without workers). Interpreted kernels compile nothing; a
-    call with unaligned pointers compiles its own."""
+    (what torch allocates). With ``in_workers``, where Triton's compile workers were started
+    (``triton_workers``, when a graph's trace began) they compile the kernels in parallel
+    into Triton's disk cache first: Triton's front end is Python, and on a pool of threads
+    it runs one kernel at a time under the GIL. Kernels of a graph from the plan cache are
+    in Triton's cache already: the workers, maybe still starting, would only delay them.
+    Then a pool of threads under Triton's ``AsyncCompileMode`` loads them (or compiles them,
+    without workers). Interpreted kernels compile nothing; a call with unaligned pointers
+    compiles its own."""
     lean = [
         (launcher, dtypes, device)
         for launcher, dtypes, device in kernels
@@ -155,7 +159,7 @@ def compile_at_once(kernels: list[tuple[object, tuple[torch.dtype, ...], str]]) 
 
     from .triton_workers import is_warm, precompile
 
-    if is_warm():  # the workers compile for the GPU that was current when they started
+    if in_workers and is_warm():  # workers compile for the GPU current when they started
         precompile([launcher.job(dtypes) for launcher, dtypes, _ in lean])
 
     workers = min(len(lean), os.cpu_count() or 1, COMPILE_THREADS)

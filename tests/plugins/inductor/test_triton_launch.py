@@ -50,9 +50,10 @@ def test_kernels_of_a_graph_compile_together_on_worker_threads():
         assert launcher._started[aligned].result() == "compiled kernel"
 
 
-def test_started_compile_workers_compile_a_graphs_kernels_first(monkeypatch):
-    """Once ``triton_workers.warm_pool`` started them, the workers get every kernel (Triton's
-    front end runs one kernel at a time on threads, under the GIL); the threads then load."""
+def test_started_compile_workers_compile_a_fresh_graphs_kernels_first(monkeypatch):
+    """Once ``triton_workers.warm_pool`` started them, the workers get every kernel of a graph
+    generated just now (Triton's front end runs one kernel at a time on threads, under the
+    GIL); the threads then load. A graph from the plan cache loads without them."""
     from torchkiln_inductor.codegen import triton_workers
 
     sent = []
@@ -62,7 +63,10 @@ def test_started_compile_workers_compile_a_graphs_kernels_first(monkeypatch):
     launchers = [
         LeanLauncher(k, (2,), {"XBLOCK": 64}, num_warps=w) for k, w in zip(kernels, (2, 4, 8))
     ]
-    compile_at_once([(launcher, (torch.float32, torch.int64), "cpu") for launcher in launchers])
+    kernels_of_graph = [(launcher, (torch.float32, torch.int64), "cpu") for launcher in launchers]
+    compile_at_once(kernels_of_graph)  # loaded from the plan cache
+    assert sent == []
+    compile_at_once(kernels_of_graph, in_workers=True)
     assert [(job.num_warps, job.grid, job.meta, job.dtypes) for job in sent] == [
         (w, (2,), (("XBLOCK", 64),), ("float32", "int64")) for w in (2, 4, 8)
     ]
