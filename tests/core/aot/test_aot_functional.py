@@ -56,6 +56,40 @@ def test_input_mutation_is_applied_to_the_real_input_in_inference() -> None:
     assert len(rec.graphs[0].graph.find_nodes(op="output")[0].args[0]) == 2  # new buf, result
 
 
+def test_several_mutated_inputs_are_written_together_and_in_order(monkeypatch) -> None:
+    """Buffers that autograd does not track are written with one ``_foreach_copy_``; a new
+    value that is itself a written input (``a.copy_(b)`` then ``b.add_(1)``) is copied
+    one input after the other, as eager wrote them."""
+    together = []
+    foreach_copy = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda *a: together.append(a) or foreach_copy(*a))
+
+    def three_buffers(x, w, b1, b2, b3):
+        b1.add_(x)
+        b2.mul_(2)
+        b3.copy_(x.sin())
+        return x * w
+
+    x, w, bufs = torch.randn(4), torch.randn(4, requires_grad=True), [torch.randn(4) for _ in "123"]
+    expected = [bufs[0] + x, bufs[1] * 2, x.sin()]
+    compiled, _ = _compile(three_buffers, [x, w, *bufs])
+    compiled(x, w, *bufs).sum().backward()
+    torch.testing.assert_close(bufs, expected)
+    assert len(together) == 1 and len(together[0][0]) == 3
+    torch.testing.assert_close(w.grad, x)
+
+    def swap_in(a, b):
+        a.copy_(b)
+        b.add_(1)
+        return a + b
+
+    a, b = torch.randn(4), torch.randn(4)
+    expected_a, expected_b = b.clone(), b + 1
+    compiled, _ = _compile(swap_in, [a, b])
+    torch.testing.assert_close(compiled(a, b), expected_a + expected_b)
+    torch.testing.assert_close((a, b), (expected_a, expected_b))
+
+
 def test_batchnorm_running_stats_come_back_as_graph_outputs() -> None:
     bn = torch.nn.BatchNorm1d(3)
     gm, state = flat_graph(bn)
