@@ -267,9 +267,11 @@ class GraphLowering(Interpreter):
         """The convolution as an aten call on channels-last input and weight (a copy kernel
         where they are not, which fuses into the producer's kernel); it returns channels-last."""
         x, weight, *rest = args
-        x, weight = (
-            self.realize(v, channels_last_layout(v.size, v.dtype, v.device)) for v in (x, weight)
-        )
+        x = self.realize(x, channels_last_layout(x.size, x.dtype, x.device))
+        if not self._library_converts(weight):
+            weight = self.realize(
+                weight, channels_last_layout(weight.size, weight.dtype, weight.device)
+            )
         layout = channels_last_layout(tuple(meta.shape), meta.dtype, meta.device)
         return self.fallback(CONVOLUTION, (x, weight, *rest), kwargs, meta, "extern kernel", layout)
 
@@ -282,7 +284,7 @@ class GraphLowering(Interpreter):
         layout_of = channels_last_layout if safe else Layout.contiguous
         grad_output, x, weight, *rest = (
             self.realize(v, layout_of(v.size, v.dtype, v.device))
-            if isinstance(v, TensorValue)
+            if isinstance(v, TensorValue) and not (v is args[2] and self._library_converts(v))
             else v
             for v in args
         )
@@ -294,6 +296,17 @@ class GraphLowering(Interpreter):
                 result.buffer.layout = layout_of(result.size, result.dtype, result.device)
                 results[i] = StorageView.of(result.buffer)
         return results
+
+    def _library_converts(self, weight: TensorValue) -> bool:
+        """Whether a convolution's ``weight`` goes to the library as it is: a graph input,
+        where the device's library converts its layout itself (see ``DeviceCaps``). cuDNN
+        only: oneDNN's backward has layout bugs (:func:`_channels_last_backward_is_safe`)."""
+        return (
+            self.caps.library_converts_input_weights
+            and weight.device.type == "cuda"
+            and isinstance(weight, StorageView)
+            and isinstance(weight.buffer, InputBuffer)
+        )
 
     def _eager_strides(self, value: StorageView, meta: Any) -> StorageView:
         """A 4-D output made channels-last here, copied back to the strides eager gives it."""

@@ -33,12 +33,17 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .indexing import Expr, Var, make_vars
 from .ir import ComputedBuffer, ExternKernel, GraphIR, Reduction, Scatter
 from .loop_body import LoopBody
+
+#: elements of the largest loop that independent kernels fuse over where the device has no
+#: independent fusion (one program of a GPU kernel covers it: fusing costs no parallelism)
+TINY_LOOP = 1024
 
 #: loop variables of a kernel: o0, o1... over its outer (parallel) loops, i0, i1... over a
 #: node's inner loops
@@ -382,20 +387,27 @@ class Scheduler:
                             candidates.append(
                                 (score, -abs(kernels[a].order - kernels[b].order), a, b)
                             )
-        # independent kernels over the same loops: fusing saves a pass of loop overhead
-        if not self.independent_fusion:
-            candidates.sort(reverse=True)
-            return [(a, b) for _, _, a, b in candidates]
+        # independent kernels over the same loops: fusing saves a pass of loop overhead; or,
+        # without independent fusion (a GPU), a launch where the loops are tiny pointwise
+        # ones (one program runs them all): a ResNet's 20 ``num_batches_tracked += 1``
         by_outer: dict[tuple[int, ...], list[int]] = {}
         for i, k in enumerate(kernels):
-            by_outer.setdefault(k.outer, []).append(i)
+            if (self.independent_fusion and k.outer) or self._tiny_pointwise(k):
+                by_outer.setdefault(k.outer, []).append(i)
         for idxs in by_outer.values():
             for a, b in itertools.pairwise(idxs):
-                if (a, b) not in seen and kernels[a].outer:
+                if (a, b) not in seen:
                     seen.add((a, b))
                     candidates.append((0, -abs(kernels[a].order - kernels[b].order), a, b))
         candidates.sort(reverse=True)
         return [(a, b) for _, _, a, b in candidates]
+
+    def _tiny_pointwise(self, k: FusedKernel) -> bool:
+        return (
+            not self.independent_fusion
+            and math.prod(k.outer) <= TINY_LOOP
+            and not any(n.is_reduction or n.is_scatter for n in k.nodes)
+        )
 
     def _kernel_reads(self, k: FusedKernel) -> set[str]:
         out: set[str] = set()

@@ -324,3 +324,16 @@ def test_large_pointwise_does_not_join_a_few_outputs_kernel():
     launches = compiled.artifact.triton.launches
     assert len(launches) == 2
     assert max(math.prod(launch.grid) for launch in launches) >= 16384 * 64 // 4096
+
+
+def test_independent_tiny_kernels_share_a_launch():
+    """Loops one program covers fuse though they share nothing (a ResNet's 20
+    ``num_batches_tracked += 1``); larger independent loops stay apart, side by side on a GPU."""
+
+    def counters_and_big(a, b, c, x, y):
+        return a + 1, b + 1, c * 2, x.sin(), y.cos()
+
+    scalars = [torch.tensor(3), torch.tensor(5), torch.tensor(1.5)]
+    compiled = triton_check(counters_and_big, *scalars, torch.randn(4096), torch.randn(4096))
+    sizes = sorted(launch.xnumel for launch in compiled.artifact.triton.launches)
+    assert sizes == [1, 4096, 4096]
