@@ -96,7 +96,7 @@ class CompiledModule(torch.nn.Module):
         if _forward_of(mod) is not self._compiled_from:
             self._recompile_forward()
         if has_call_hooks(mod):
-            return _call_with_hooks(mod, self._compiled_forward, args, kwargs)
+            return call_with_hooks(mod, self._compiled_forward, args, kwargs)
         return self._compiled_forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -204,7 +204,7 @@ for _name, _value in vars(torch.nn.Module).items():
 del _name, _value
 
 
-def _call_with_hooks(
+def call_with_hooks(
     mod: torch.nn.Module, forward: Callable, args: tuple, kwargs: dict[str, Any]
 ) -> Any:
     """``mod(*args, **kwargs)`` with ``forward`` in place of ``mod.forward``.

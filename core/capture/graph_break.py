@@ -25,6 +25,7 @@ uncompiled: the prefix is still compiled and the result is still right.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 import types
@@ -41,7 +42,7 @@ from torchkiln.capture.frame_capture import CacheEntry, compile_graph_of, finish
 from torchkiln.capture.resume import ITER, NULL, VALUE, handler_at, resume_code
 from torchkiln.capture.signature import params_text
 from torchkiln.capture.targets import is_stdlib
-from torchkiln.compiled_module import call_override, has_call_hooks
+from torchkiln.compiled_module import call_override, call_with_hooks, has_call_hooks
 from torchkiln.exc import Unsupported
 
 _CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION_EX")
@@ -107,23 +108,45 @@ class CallThroughDispatch:
             override = call_override(fn)
             if override is not None:
                 target, bound = override, (fn,)
-            elif not has_call_hooks(fn):
-                target, bound = inspect.getattr_static(type(fn), "forward", None), (fn,)
+            else:
+                return self._call_module(fn, args, kwargs)
         elif hasattr(fn, "_torchkiln_original"):  # compiled already: it dispatches itself
             return fn(*args, **kwargs)
         elif isinstance(fn, types.MethodType):
+            if fn.__func__ is torch.nn.Module.__call__:  # ``super().__call__(...)`` of a module
+                return self._call_module(fn.__self__, args, kwargs)
             target, bound = fn.__func__, (fn.__self__,)
+        dispatch = self._dispatch(target)
+        if dispatch is None:
+            return fn(*args, **kwargs)
+        return dispatch(target, *bound, *args, **kwargs)
+
+    def _call_module(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        """``nn.Module.__call__`` of ``module``: its hooks run as they are (the graph may have
+        broken on one: FSDP2's are ``torch._dynamo.disable``-d), its ``forward`` through
+        dispatch, so a module with hooks still runs compiled."""
+        forward = inspect.getattr_static(type(module), "forward", None)
+        dispatch = None if "forward" in module.__dict__ else self._dispatch(forward)
+        if dispatch is None:
+            return torch.nn.Module.__call__(module, *args, **kwargs)
+        compiled = functools.partial(dispatch, forward, module)
+        if has_call_hooks(module):
+            return call_with_hooks(module, compiled, args, kwargs)
+        return compiled(*args, **kwargs)
+
+    def _dispatch(self, target: Any) -> Any:
+        """The dispatch wrapper of a user function (None for others: they run as they are)."""
         module = getattr(target, "__module__", None) or ""
         if (
             not isinstance(target, types.FunctionType)
             or module.startswith("torch")
             or is_stdlib(module)
         ):
-            return fn(*args, **kwargs)
+            return None
         dispatch = self.wrappers.get(target.__code__)
         if dispatch is None:  # one per code, holding no function (closures die as in eager)
             dispatch = self.wrappers[target.__code__] = self.dispatcher(target.__code__, self.cfg)
-        return dispatch(target, *bound, *args, **kwargs)
+        return dispatch
 
 
 def capture_with_break(

@@ -334,3 +334,51 @@ def test_graph_break_counter_is_keyed_by_reason(backend, capsys):
     assert any("print" in r for r in reasons), reasons
     assert any("item" in r for r in reasons), reasons
     assert all(count == 1 for count in reasons.values()), reasons
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu() * 2
+
+
+class _BlockWithCall(_Block):
+    """A class that overrides ``__call__`` and calls ``nn.Module``'s (transformers'
+    ``GradientCheckpointingLayer`` does)."""
+
+    def __call__(self, *args, **kwargs):
+        return super().__call__(*args, **kwargs)
+
+
+def _hooked(block: torch.nn.Module, calls: list) -> torch.nn.Module:
+    """``block`` with a forward pre-hook the capture can't trace (FSDP2's are
+    ``torch._dynamo.disable``-d): calling the block breaks the graph at the hook."""
+
+    @torch._dynamo.disable
+    def pre_hook(module, args):
+        calls.append(args[0].shape)
+
+    block.register_forward_pre_hook(pre_hook)
+    return block
+
+
+@pytest.mark.parametrize("block_type, breaks", [(_Block, 1), (_BlockWithCall, 2)])
+def test_a_module_whose_hook_breaks_the_graph_still_runs_its_forward_compiled(
+    backend, block_type, breaks
+):
+    """The break runs the hooks as they are, then the module's ``forward`` through dispatch
+    (compiled: its own graph), not the whole module eagerly. A ``__call__`` override breaks
+    once more: in its own frame, at ``super().__call__``."""
+    torch.manual_seed(0)
+    calls = []
+    block = _hooked(block_type(), calls)
+
+    def fn(x):
+        return block(x.sin()) + 1
+
+    check_compiled(fn, lambda: (torch.randn(2, 4),), backend=backend, graphs=3, breaks=breaks)
+    assert len(calls) == 2 * 2  # two compiled calls, two eager ones: the hook ran once each
+    assert any("relu" in gm.code for gm in backend.graphs)  # the block's forward, compiled
