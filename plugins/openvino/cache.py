@@ -4,7 +4,9 @@ A compiled graph is stored as ``CompiledModel.export_model()``'s bytes, the devi
 runs on, the properties it was compiled with and its outputs' layouts; loading
 imports it with ``Core.import_model`` and those properties again (without them the
 precision hint is lost). Graphs OpenVINO can't export (``AUTO`` device) and graphs
-with frozen weights (their constants are the weights of one call) are not stored.
+with frozen weights (their constants are the weights of one call) are not stored. A
+graph the compiler leaves to torch (``compiler.runs_better_in_torch``) is stored as
+itself: a ``GraphModule`` pickles as its code.
 The salt names this plugin's code and the openvino version.
 """
 
@@ -32,8 +34,9 @@ class OpenVINOArtifact:
     model: bytes
     device: str
     properties: dict[str, Any]
-    #: the outputs' layouts, as meta tensors
-    values: list[torch.Tensor]
+    #: ``OpenVINOGraph.layout()``: its outputs' layouts, as meta tensors, and how the
+    #: runtime makes the graph's outputs of the model's
+    layout: dict[str, Any]
 
 
 def _property(compiled: ov.CompiledModel, name: str) -> Any:
@@ -41,7 +44,9 @@ def _property(compiled: ov.CompiledModel, name: str) -> Any:
     return value.get_type_name() if isinstance(value, ov.Type) else value
 
 
-def dump(compiled: object) -> OpenVINOArtifact | None:
+def dump(compiled: object) -> OpenVINOArtifact | torch.fx.GraphModule | None:
+    if isinstance(compiled, torch.fx.GraphModule):
+        return compiled
     if not isinstance(compiled, OpenVINOGraph):
         return None
     model = compiled.compiled
@@ -54,13 +59,15 @@ def dump(compiled: object) -> OpenVINOArtifact | None:
         stream.getvalue(),
         model.get_property("EXECUTION_DEVICES")[0],
         {name: _property(model, name) for name in PROPERTIES},
-        compiled.values,
+        compiled.layout(),
     )
 
 
-def load(artifact: OpenVINOArtifact) -> OpenVINOGraph:
+def load(artifact: OpenVINOArtifact | torch.fx.GraphModule) -> OpenVINOGraph | torch.fx.GraphModule:
+    if isinstance(artifact, torch.fx.GraphModule):
+        return artifact
     compiled = core().import_model(artifact.model, artifact.device, artifact.properties)
-    return OpenVINOGraph.restored(compiled, artifact.values)
+    return OpenVINOGraph.restored(compiled, **artifact.layout)
 
 
 def codec() -> ArtifactCodec:

@@ -3,28 +3,32 @@
 ``compile_aten_graph`` is what ``torchkiln.aot.aot_autograd`` (or the core's
 partitioning) calls for each forward, backward and inference graph: the graph goes
 through OpenVINO's PyTorch frontend (``TorchFXPythonDecoder``, keyed on each node's
-``str(target)``), its inputs get the example inputs' element types and static shapes,
-and ``ov.Core().compile_model`` compiles it for the chosen device.
+``str(target)``; after :mod:`torchkiln_openvino.rewrites`), its inputs get the example
+inputs' element types and static shapes (booleans in and out as bytes), and
+``ov.Core().compile_model`` compiles it for the chosen device.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch._decomp import get_decompositions
+from torch.utils._pytree import tree_leaves
 
 import openvino as ov
+import openvino.opset13 as opset
 from openvino.frontend import FrontEndManager
 from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder
 from torchkiln import logs
 from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError
-from torchkiln_openvino import freeze, ops
-from torchkiln_openvino.runtime import OpenVINOGraph, element_type
+from torchkiln_openvino import freeze, ops, rewrites
+from torchkiln_openvino.runtime import NHWC, OpenVINOGraph, element_type, slow_reorders
 
 aten = torch.ops.aten
 
@@ -64,7 +68,10 @@ def compile_aten_graph(
 
     With ``freeze_weights``, an inference graph's weights become constants on its first
     call (:mod:`torchkiln_openvino.freeze`); the conversion runs now all the same, so
-    that a graph the frontend can't convert goes to the next backend of the chain.
+    that a graph the frontend can't convert goes to the next backend of the chain. A
+    graph whose outputs OpenVINO would reorder slowly is compiled again giving them NHWC
+    (:func:`torchkiln_openvino.runtime.slow_reorders`); one an OpenVINO call would only
+    slow down is returned as it is (:func:`runs_better_in_torch`).
     """
     off = ops.disabled(disabled_ops)
     named = sorted({str(n.target) for n in gm.graph.nodes if ops.is_disabled(n, off)})
@@ -73,6 +80,8 @@ def compile_aten_graph(
             f"the graph has ops named in the openvino option disabled_ops: {', '.join(named)}; "
             "compile through torchkiln.compile(backend=['openvino', ...]) to run them elsewhere"
         )
+    if runs_better_in_torch(gm):
+        return gm
     if device not in core().available_devices and device != "AUTO":
         raise BackendUnavailable(
             f"OpenVINO has no device {device!r} here; available: "
@@ -91,7 +100,25 @@ def compile_aten_graph(
     weights = freeze.weight_positions(gm) if freeze_weights else ()
     if weights:
         return freeze.FrozenGraph(model, gm, weights, compile_model)
-    return OpenVINOGraph(compile_model(model), gm)
+    compiled = compile_model(model)
+    slow = slow_reorders(compiled)
+    if slow:
+        return OpenVINOGraph(compile_model(channels_last(model, slow)), gm, slow)
+    return OpenVINOGraph(compiled, gm)
+
+
+def runs_better_in_torch(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` costs less as it is than as an OpenVINO call (~30 us, and each tensor
+    bound): a graph of views alone (aliases between two ops of the next backend), or of
+    integer scalars alone (a batch norm's ``num_batches_tracked + 1``, a partition of
+    its own)."""
+    calls = [
+        n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+    ]
+    values = [v for n in gm.graph.nodes for v in tree_leaves(n.meta.get("val"))]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    integer_scalars = all(t.numel() == 1 and not t.is_floating_point() for t in tensors)
+    return all(getattr(n.target, "is_view", False) for n in calls) or integer_scalars
 
 
 def check_options(options: Mapping[str, Any]) -> None:
@@ -117,6 +144,7 @@ def private_dir(path: str | os.PathLike) -> str:
 
 def convert(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ov.Model:
     """The OpenVINO model of ``gm``, its inputs typed and shaped like ``example_inputs``."""
+    gm = rewrites.for_openvino(gm)
     # The decoder must outlive convert(): the frontend calls back into it.
     decoder = TorchFXPythonDecoder(gm)
     frontend = FrontEndManager().load_by_framework("pytorch")
@@ -131,4 +159,41 @@ def convert(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
         parameter.set_element_type(element_type(example.dtype))
         parameter.set_partial_shape(ov.PartialShape(list(example.shape)))
     model.validate_nodes_and_infer_types()
+    booleans_as_bytes(model)
     return model
+
+
+def channels_last(model: ov.Model, outputs: frozenset[int]) -> ov.Model:
+    """A copy of ``model`` giving ``outputs`` (4-d) in NHWC order."""
+    model = model.clone()
+    for i in outputs:
+        result = model.get_results()[i]
+        nhwc = opset.transpose(result.input_value(0), opset.constant(list(NHWC), ov.Type.i64))
+        result.input(0).replace_source_output(nhwc.output(0))
+    model.validate_nodes_and_infer_types()
+    return model
+
+
+def booleans_as_bytes(model: ov.Model) -> None:
+    """Makes, in place, ``model``'s boolean inputs and outputs bytes (torch's bools are bytes
+    of 0 or 1), converted to and from booleans inside it.
+
+    OpenVINO's CPU plugin converts boolean inputs and outputs with a reference
+    implementation, ~1 ns an element: 100-150 us a tensor for convnet's relu masks, which
+    its training graphs pass from the forward to the backward; inside the model, the
+    conversion fuses with the ops next to it.
+    """
+    for parameter in model.get_parameters():
+        if parameter.get_element_type() == ov.Type.boolean:
+            users = parameter.output(0).get_target_inputs()
+            parameter.set_element_type(ov.Type.u8)
+            parameter.validate_and_infer_types()
+            boolean = opset.convert(parameter, ov.Type.boolean)
+            for user in users:
+                user.replace_source_output(boolean.output(0))
+    for result in model.get_results():
+        if result.get_input_element_type(0) == ov.Type.boolean:
+            result.input(0).replace_source_output(
+                opset.convert(result.input_value(0), "u8").output(0)
+            )
+    model.validate_nodes_and_infer_types()

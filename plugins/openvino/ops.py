@@ -7,7 +7,9 @@ neither ``torch._dynamo`` nor ``openvino.torch``). On top of the table:
 * a multi-output op outside :data:`ALL_OUTPUTS` runs in OpenVINO only when the graph
   reads its output 0 alone: the frontend converts ``native_layer_norm``, the batch
   norms and the fused attention to their output 0 only, so a training graph that saves
-  their other outputs for the backward runs them with the next backend;
+  their other outputs for the backward runs them with the next backend, except a float32
+  layer norm, whose statistics the compiler computes beside it
+  (:mod:`torchkiln_openvino.rewrites`);
 * random ops run in torch, so that a seed gives eager's numbers (the frontend's
   ``native_dropout`` is wrong in training, too);
 * OpenVINO reads host memory: nodes on another device are not taken;
@@ -27,6 +29,7 @@ from torch.utils._pytree import tree_leaves
 
 from torchkiln.exc import InvalidOptionError
 from torchkiln.plugin import Capabilities
+from torchkiln_openvino import rewrites
 
 #: The element types OpenVINO tensors share with torch (complex and float8 are not run).
 DTYPES = frozenset(
@@ -110,7 +113,7 @@ def supports(node: fx.Node) -> bool | str:
         return "a random op: torch draws its numbers, so that a seed gives eager's"
     if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:
         used = {user.args[1] for user in node.users if user.target is operator.getitem}
-        if used - {0} or len(used) != len(node.users):
+        if len(used) != len(node.users) or (used - {0} and not rewrites.expands(node)):
             return "the graph reads outputs besides output 0, which OpenVINO does not convert"
     return True
 

@@ -1,16 +1,25 @@
 """Runs a compiled OpenVINO model on torch tensors' own memory.
 
-Inputs are wrapped without copies (a copy only for non-contiguous tensors); each
-call allocates fresh torch tensors for the outputs and binds them as the infer
-request's output tensors, so OpenVINO writes its results straight into them and
-no result aliases OpenVINO's buffers or an earlier call's. An infer request holds
-state, so each thread gets its own, per compiled graph.
+Inputs are wrapped without copies (non-contiguous ones are copied into a buffer of
+their own). Outputs are torch tensors bound as the infer request's output tensors, so
+OpenVINO writes its results straight into them; no result aliases OpenVINO's buffers or
+a result of an earlier call that is still referenced. An output the FX graph returns as
+one of its inputs is that input. An infer request holds state, so each thread gets its
+own, per compiled graph.
+
+Binding a tensor costs ~15 us (a torch tensor, its numpy view, an ``ov.Tensor``, the
+request's setter), and a training step binds every activation it saves: hf_bert's six
+graphs bound 114 tensors a step, 2 ms of a 13 ms step. So an input at the address
+bound on the thread's last call is not bound again (nor the buffer a non-contiguous
+input is copied into), and an output buffer that nothing references any more (the
+backward has freed the activations of the last step) is written again, still bound: in
+a steady training loop nothing is bound at all.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-import weakref
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
@@ -18,6 +27,7 @@ from torch.utils._pytree import tree_leaves
 
 import openvino as ov
 from torchkiln.exc import KilnError
+from torchkiln_openvino import rewrites
 
 #: torch dtypes and the OpenVINO element types they share memory layouts with.
 ELEMENT_TYPES = {
@@ -44,7 +54,45 @@ def shared(tensor: torch.Tensor) -> ov.Tensor:
     """An OpenVINO tensor on ``tensor``'s memory (which must be contiguous)."""
     if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: share its bits as int16
         return ov.Tensor(tensor.view(torch.int16).numpy(), list(tensor.shape), ov.Type.bf16)
+    if tensor.dtype == torch.bool:  # models take and give booleans as bytes (compiler.convert)
+        return ov.Tensor(tensor.view(torch.uint8).numpy(), shared_memory=True)
     return ov.Tensor(tensor.numpy(), shared_memory=True)
+
+
+#: NCHW → NHWC, and back
+NHWC, NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def slow_reorders(compiled: ov.CompiledModel) -> frozenset[int]:
+    """The outputs OpenVINO computes channels-last (a convolution's, say) and gives NCHW
+    through its reference reorder.
+
+    That reorder is slow where channels are few: 600 us for convnet's 8x16x32x32
+    activations, which a training graph saves for the backward, 10 of them a step, where
+    torch copies an NHWC tensor into NCHW in 100 us. Such outputs are better given NHWC
+    (:func:`torchkiln_openvino.compiler.channels_last`), and copied by torch.
+    """
+    outputs = {port.get_node().get_friendly_name(): i for i, port in enumerate(compiled.outputs)}
+    found = set()
+    for result in compiled.get_runtime_model().get_results():
+        reorder = result.input_value(0).get_node()
+        info = reorder.get_rt_info()
+        if (
+            info["layerType"].astype(str) == "Reorder"
+            and info["primitiveType"].astype(str) == "reorder_f32"
+            and info["outputLayouts"].astype(str) == "abcd"
+            and reorder.input_value(0).get_node().get_rt_info()["outputLayouts"].astype(str)
+            == "acdb"
+            and _orders_differ(reorder.get_output_shape(0))
+        ):
+            found.add(outputs[result.get_friendly_name()])
+    return frozenset(found)
+
+
+def _orders_differ(shape: ov.Shape) -> bool:
+    """Whether an NCHW tensor of ``shape`` lies otherwise in memory NHWC (not 1x16x1x1)."""
+    _, channels, height, width = shape
+    return channels > 1 and height * width > 1
 
 
 def passthrough_outputs(compiled: ov.CompiledModel) -> dict[int, int]:
@@ -63,50 +111,98 @@ def passthrough_outputs(compiled: ov.CompiledModel) -> dict[int, int]:
     return found
 
 
+def _references(buffer: torch.Tensor) -> tuple[int, int]:
+    """The tensors (``buffer`` itself included) and the Python references to its storage
+    that hold ``buffer``'s memory (``_storage_Use_Count``: torch's own test of whether a
+    storage is still used, as its CUDA graph trees make it)."""
+    storage = buffer.untyped_storage()
+    return torch._C._storage_Use_Count(storage._cdata), sys.getrefcount(storage)
+
+
+#: ``_references`` of a tensor that nothing else holds
+UNREFERENCED = _references(torch.empty(1))
+
+
 class OpenVINOGraph:
     """``graph(*flat_tensors) -> list`` running one compiled OpenVINO model."""
 
-    def __init__(self, compiled: ov.CompiledModel, gm: torch.fx.GraphModule):
-        output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-        values = [n.meta["val"] for n in tree_leaves(output.args[0])]
+    def __init__(
+        self,
+        compiled: ov.CompiledModel,
+        gm: torch.fx.GraphModule,
+        channels_last: frozenset[int] = frozenset(),
+    ):
+        """``channels_last``: the model's outputs it gives in NHWC order (see
+        :func:`slow_reorders`)."""
+        repeats = rewrites.repeated_outputs(gm)
+        nodes = [
+            n for p, n in enumerate(tree_leaves(gm.graph.output_node().args[0])) if p not in repeats
+        ]
+        values = [n.meta["val"] for n in nodes]
         if len(values) != len(compiled.outputs):
             raise KilnError(
                 f"OpenVINO compiled {len(compiled.outputs)} outputs of a graph with "
                 f"{len(values)}; report this graph:\n{gm.print_readable(False)}"
             )
         for i, (port, value) in enumerate(zip(compiled.outputs, values)):
-            if port.get_partial_shape() != ov.PartialShape(list(value.shape)):
+            shape = value.permute(NHWC).shape if i in channels_last else value.shape
+            if port.get_partial_shape() != ov.PartialShape(list(shape)):
                 raise KilnError(
                     f"OpenVINO made output {i} of shape {port.get_partial_shape()}, torch's "
-                    f"is {list(value.shape)}: the frontend converted an op wrongly"
+                    f"is {list(shape)}: the frontend converted an op wrongly"
                 )
-        self._bind(compiled, values)
+        inputs = frozenset(i for i, n in enumerate(nodes) if n.op == "placeholder")
+        self._bind(compiled, values, inputs, channels_last, repeats)
 
     @classmethod
-    def restored(cls, compiled: ov.CompiledModel, values: list[torch.Tensor]) -> OpenVINOGraph:
-        """A graph loaded from the plan cache (``torchkiln_openvino.cache``): its outputs
-        were checked against its FX graph when it was first compiled."""
+    def restored(cls, compiled: ov.CompiledModel, **layout) -> OpenVINOGraph:
+        """A graph loaded from the plan cache (``torchkiln_openvino.cache``), with the
+        layout of its outputs (:meth:`layout`): they were checked against its FX graph
+        when it was first compiled."""
         graph = cls.__new__(cls)
-        graph._bind(compiled, values)
+        graph._bind(compiled, **layout)
         return graph
 
-    def _bind(self, compiled: ov.CompiledModel, values: list[torch.Tensor]) -> None:
+    def layout(self) -> dict:
+        """What :meth:`restored` needs besides the compiled model (the plan cache stores it)."""
+        return {
+            "values": self.values,
+            "inputs": self.inputs,
+            "channels_last": self.channels_last,
+            "repeats": self.repeats,
+        }
+
+    def _bind(
+        self,
+        compiled: ov.CompiledModel,
+        values: list[torch.Tensor],
+        inputs: frozenset[int],
+        channels_last: frozenset[int],
+        repeats: dict[int, int],
+    ) -> None:
+        """``values``, ``inputs`` and ``channels_last`` are the model's outputs: their
+        layouts, those the FX graph returns as its inputs (placeholders), those given in
+        NHWC order; ``repeats``, the FX graph's outputs that repeat an earlier one."""
         self.compiled = compiled
-        #: the outputs' layouts, as meta tensors (what the plan cache stores)
         self.values = [
             torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") for v in values
         ]
+        self.inputs = inputs
+        self.channels_last = channels_last
+        self.repeats = dict(sorted(repeats.items()))
         self.passthrough = passthrough_outputs(compiled)
         self.computed = [
-            (i, tuple(v.shape), v.dtype) for i, v in enumerate(values) if i not in self.passthrough
-        ]
-        # Outputs eager lays out densely but otherwise than contiguously (a transpose):
-        # copied into their strides.
-        self.strided = {
-            i: tuple(v.stride())
+            (i, tuple(v.permute(NHWC).shape if i in channels_last else v.shape), v.dtype)
             for i, v in enumerate(values)
             if i not in self.passthrough
-            and not v.is_contiguous()
+        ]
+        # Outputs eager lays out densely but otherwise than contiguously (a transpose), and
+        # the channels-last ones: copied into eager's strides, from the buffer's order.
+        self.copied = {
+            i: (tuple(v.stride()), NCHW if i in channels_last else None)
+            for i, v in enumerate(values)
+            if i not in self.passthrough
+            and (i in channels_last or not v.is_contiguous())
             and is_non_overlapping_and_dense_or_false(v)
         }
         self._local = threading.local()
@@ -116,38 +212,51 @@ class OpenVINOGraph:
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self.compiled.create_infer_request()
+            #: per input, the address bound
             self._local.bound = [None] * len(self.compiled.inputs)
+            #: per input, the buffer a non-contiguous one is copied into
+            self._local.staged = [None] * len(self.compiled.inputs)
+            #: per computed output, the buffer bound
+            self._local.buffers = [None] * len(self.computed)
         return request
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         request = self.request()
-        bound = self._local.bound
-        copies = []  # kept alive until the request has run
+        bound, staged, buffers = self._local.bound, self._local.staged, self._local.buffers
         for i, arg in enumerate(args):
-            # OpenVINO reads a bound tensor's memory when it runs: the tensor bound on this
-            # thread's last call, at the same address (a weight), needs no new binding
-            if bound[i] is not None and bound[i][0]() is arg and bound[i][1] == arg.data_ptr():
-                continue
             if arg.device.type != "cpu":
                 raise KilnError(
                     f"the openvino backend runs on host memory; input {i} is on {arg.device}"
                 )
-            tensor = arg.detach()
-            if tensor.is_contiguous():
-                bound[i] = weakref.ref(arg), arg.data_ptr()
-            else:
-                tensor = tensor.contiguous()
-                copies.append(tensor)
-                bound[i] = None
-            request.set_input_tensor(i, shared(tensor))
+            if arg.is_contiguous():
+                source = arg.detach()
+            else:  # copied into a buffer of this input's own, bound once
+                if staged[i] is None:
+                    staged[i] = torch.empty(arg.shape, dtype=arg.dtype)
+                source = staged[i].copy_(arg)
+            # OpenVINO reads the memory at the bound address when it runs, and shapes and
+            # dtypes are static: an input at that address needs no new binding
+            if bound[i] != source.data_ptr():
+                request.set_input_tensor(i, shared(source))
+                bound[i] = source.data_ptr()
         outputs: list = [None] * len(self.compiled.outputs)
-        for i, shape, dtype in self.computed:
-            outputs[i] = torch.empty(shape, dtype=dtype)
-            request.set_output_tensor(i, shared(outputs[i]))
-        request.infer()
+        for j, (i, shape, dtype) in enumerate(self.computed):
+            if buffers[j] is None or _references(buffers[j]) != UNREFERENCED:
+                buffers[j] = torch.empty(shape, dtype=dtype)
+                request.set_output_tensor(i, shared(buffers[j]))
+            outputs[i] = buffers[j].detach()  # a tensor of its own: the buffer stays unseen
+        # share_outputs: the results are already in ``outputs``; the default would copy
+        # every output into a numpy array of its own, only to be thrown away
+        request.infer(share_outputs=True)
         for i, k in self.passthrough.items():
-            outputs[i] = args[k].detach().clone()
-        for i, stride in self.strided.items():
-            fresh = torch.empty_strided(outputs[i].shape, stride, dtype=outputs[i].dtype)
-            outputs[i] = fresh.copy_(outputs[i])
+            # The graph's own input is that input, as eager has it (a training graph's
+            # forward returns those it saves for the backward: weights, copied every step
+            # otherwise); an alias of it is a copy, as all results are.
+            outputs[i] = args[k] if i in self.inputs else args[k].detach().clone()
+        for i, (stride, order) in self.copied.items():
+            result = outputs[i] if order is None else outputs[i].permute(order)
+            fresh = torch.empty_strided(result.shape, stride, dtype=result.dtype)
+            outputs[i] = fresh.copy_(result)
+        for position, first in self.repeats.items():  # an alias, as eager's
+            outputs.insert(position, outputs[first].detach())
         return outputs

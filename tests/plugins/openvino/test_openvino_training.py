@@ -1,0 +1,165 @@
+"""What makes openvino training steps cheap, each against eager: layer norm statistics,
+outputs that repeat one another, booleans, buffers written again, graphs left to torch,
+channels-last outputs."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+
+import pytest
+
+pytest.importorskip("openvino", reason="openvino is not installed")
+
+import openvino as ov
+import torch
+import torch.nn as nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import torchkiln
+from torchkiln import logs
+from torchkiln_openvino import cache
+from torchkiln_openvino.compiler import channels_last, compile_aten_graph, convert, core
+from torchkiln_openvino.runtime import OpenVINOGraph
+
+aten = torch.ops.aten
+F32 = {"rtol": 1e-4, "atol": 1e-4}
+
+
+def ln_mlp():
+    return nn.Sequential(
+        nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 32), nn.LayerNorm(32)
+    )
+
+
+def test_layer_norms_of_a_training_graph_run_in_openvino_with_their_statistics(caplog):
+    """Their mean and rstd, saved for the backward, no longer send them to the next backend."""
+    torch.manual_seed(0)
+    model = ln_mlp()
+    twin = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend="openvino")
+    x = torch.randn(4, 16)
+    logs.set_logs("partitions")
+    try:
+        with caplog.at_level(logging.INFO, logger="torchkiln"):
+            loss = compiled(x).square().mean()
+            loss.backward()
+    finally:
+        logs.set_logs("")
+    expected = twin(x).square().mean()
+    expected.backward()
+    torch.testing.assert_close(loss, expected, **F32)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **F32)
+    assert "forward graph: 1 partition (openvino: 1)" in caplog.text
+
+
+def test_training_steps_match_eager():
+    """Several steps: weights returned as they are, output buffers written again. (SGD:
+    Adam's first steps turn gradients of 1e-8 into updates of lr, either sign.)"""
+    torch.manual_seed(0)
+    model = ln_mlp()
+    twin = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend="openvino")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin)]
+    for _ in range(4):
+        x = torch.randn(4, 16)
+        for forward, optimizer in zip((compiled, twin), optimizers):
+            optimizer.zero_grad()
+            forward(x).square().mean().backward()
+            optimizer.step()
+        torch.testing.assert_close(list(model.parameters()), list(twin.parameters()), **F32)
+
+
+def test_an_output_returned_twice_comes_back_as_an_alias():
+    """The frontend fails on a graph returning one value twice (a softmax saved through an
+    alias): it converts it once, and the runtime aliases the repeat."""
+
+    def fn(x):
+        s = aten._softmax.default(x, -1, False)
+        return s, aten.alias.default(aten.alias.default(s)), aten.mul.Tensor(s, 2), s
+
+    x = torch.randn(4, 8)
+    compiled = compile_aten_graph(make_fx(fn)(x), [x])
+    for _ in range(2):
+        x = torch.randn(4, 8)
+        out = compiled(x)
+        torch.testing.assert_close(out, list(fn(x)), **F32)
+        assert out[1].data_ptr() == out[3].data_ptr() == out[0].data_ptr()
+
+
+def test_an_input_returned_as_it_is_is_that_input():
+    """A training graph's forward returns the weights it saves for the backward."""
+    x = torch.randn(4, 3)
+    compiled = compile_aten_graph(make_fx(lambda x: (x, aten.mul.Tensor(x, 2)))(x), [x])
+    same, double = compiled(x)
+    assert same is x
+    torch.testing.assert_close(double, x * 2, rtol=0, atol=0)
+
+
+def test_booleans_go_in_and_out_as_bytes():
+    def fn(x, mask):
+        return aten.le.Scalar(x, 0), aten.where.self(mask, aten.scalar_tensor.default(0.0), x)
+
+    x, mask = torch.randn(4, 8), torch.randn(4, 8) > 0
+    graph = compile_aten_graph(make_fx(fn)(x, mask), [x, mask])
+    assert [p.get_element_type() for p in graph.compiled.inputs] == [ov.Type.f32, ov.Type.u8]
+    assert graph.compiled.outputs[0].get_element_type() == ov.Type.u8
+    for _ in range(2):
+        x, mask = torch.randn(4, 8), torch.randn(4, 8) > 0
+        out = graph(x, mask)
+        assert out[0].dtype == torch.bool
+        torch.testing.assert_close(out, list(fn(x, mask)), rtol=0, atol=0)
+
+
+def test_output_buffers_are_written_again_only_when_nothing_holds_them():
+    x = torch.randn(4, 3)
+    compiled = compile_aten_graph(make_fx(lambda x: (aten.mul.Tensor(x, 2),))(x), [x])
+    address = compiled(x)[0].data_ptr()
+    assert compiled(x)[0].data_ptr() == address  # the last result was dropped
+    held = compiled(x)[0]
+    view = compiled(torch.ones(4, 3))[0][1:]
+    storage = compiled(torch.zeros(4, 3))[0].untyped_storage()
+    array = compiled(torch.full((4, 3), 3.0))[0].numpy()
+    compiled(torch.full((4, 3), 5.0))
+    torch.testing.assert_close(held, x * 2, rtol=0, atol=0)
+    assert (view == 2).all() and (array == 6).all()
+    assert torch.tensor([], dtype=torch.float32).set_(storage).eq(0).all()
+
+
+@pytest.mark.parametrize(
+    "fn, inputs",
+    [
+        (lambda x: (aten.alias.default(aten.alias.default(x)), aten.t.default(x)), [(4, 3)]),
+        (lambda n: (aten.add.Tensor(n, 1),), []),  # a batch norm's num_batches_tracked + 1
+    ],
+    ids=["views", "integer-scalars"],
+)
+def test_graphs_an_openvino_call_would_only_slow_run_in_torch(fn, inputs):
+    args = [torch.randn(s) for s in inputs] or [torch.tensor(3)]
+    gm = make_fx(fn)(*args)
+    compiled = compile_aten_graph(gm, args)
+    assert compiled is gm
+    restored = cache.load(pickle.loads(pickle.dumps(cache.dump(compiled))))
+    torch.testing.assert_close(list(restored(*args)), list(fn(*args)), rtol=0, atol=0)
+
+
+def test_channels_last_outputs_come_back_in_eagers_layout():
+    """Outputs OpenVINO keeps NHWC (a convolution's) are given NHWC and copied by torch,
+    where OpenVINO's reference reorder to NCHW is slow."""
+
+    def fn(x, w):
+        y = aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return y, aten.relu.default(y), aten.sum.dim_IntList(y, [0, 2, 3])
+
+    x, w = torch.randn(2, 16, 8, 8), torch.randn(16, 16, 3, 3)
+    gm = make_fx(fn)(x, w)
+    model = channels_last(convert(gm, [x, w]), frozenset({0, 1}))
+    compiled = core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    graph = OpenVINOGraph(compiled, gm, frozenset({0, 1}))
+    for _ in range(2):
+        x = torch.randn(2, 16, 8, 8)
+        out = graph(x, w)
+        torch.testing.assert_close(out, list(fn(x, w)), **F32)
+        assert all(t.is_contiguous() for t in out)
