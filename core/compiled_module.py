@@ -52,19 +52,6 @@ def has_call_hooks(module: torch.nn.Module) -> bool:
     )
 
 
-#: what wrappers keep in their own ``__dict__`` (``CompiledDDP`` adds ``_inner``)
-_WRAPPER_SLOTS = frozenset(
-    {
-        "_orig_mod",
-        "_compile_forward",
-        "_compiled_forward",
-        "_compiled_from",
-        "_compiled_call",
-        "_inner",
-    }
-)
-
-
 class CompiledModule(torch.nn.Module):
     """``mod`` whose ``forward`` runs compiled; everything else is ``mod``'s.
 
@@ -78,6 +65,12 @@ class CompiledModule(torch.nn.Module):
     a module whose class overrides ``__call__`` runs that override compiled, as calling
     the module runs it eagerly.
     """
+
+    #: what the wrapper keeps in its own ``__dict__`` (anything else there, an API applied
+    #: to the wrapper itself put there: see :meth:`named_modules`)
+    _own_slots = frozenset(
+        {"_orig_mod", "_compile_forward", "_compiled_forward", "_compiled_from", "_compiled_call"}
+    )
 
     def __init__(self, mod: torch.nn.Module, compile_forward: Callable[[Callable], Callable]):
         # No nn.Module.__init__: it would give the wrapper tables and a training flag
@@ -111,7 +104,7 @@ class CompiledModule(torch.nn.Module):
         wrapper itself: FSDP2's ``fully_shard`` keeps its state in the wrapper's
         ``__dict__``, and its root finds every sharded module by walking ``modules()``."""
         memo = set() if memo is None else memo
-        if self.__dict__.keys() - _WRAPPER_SLOTS and not (remove_duplicate and self in memo):
+        if self.__dict__.keys() - self._own_slots and not (remove_duplicate and self in memo):
             if remove_duplicate:
                 memo.add(self)
             yield prefix, self

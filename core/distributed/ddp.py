@@ -31,6 +31,8 @@ class CompiledDDP(CompiledModule):
     once are not supported, as DDP's reducer does not support them either.
     """
 
+    _own_slots = CompiledModule._own_slots | {"_inner"}
+
     def __init__(self, mod: torch.nn.Module, compile_forward: Callable[[Callable], Callable]):
         object.__setattr__(self, "_orig_mod", mod)
         object.__setattr__(self, "_compile_forward", compile_forward)
