@@ -7,11 +7,15 @@ For each model, case and variant: warm-up steps (compiling), then ``torch.profil
 few steps. Prints per step: host wall time, GPU kernel time, kernel launches, the peak GPU
 memory of the timed steps, and the top kernels by GPU time. The speed tables (``benchmarks.run``) say *how much* slower a row is;
 this says *where*: more kernels, slower kernels, or host time between them.
+``--host-top N`` adds the N Python functions with the most host time over the timed steps
+(cProfile, by own time); ``--trace DIR`` writes each row's profiler trace (Chrome format).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import time
 from collections import defaultdict
@@ -52,10 +56,20 @@ def profile_row(model: str, case: str, label: str, args) -> None:
         torch.cuda.synchronize()
         walls.append((time.perf_counter() - start) * 1e3)
     peak_gb = torch.cuda.max_memory_allocated() / 1e9
+    host = cProfile.Profile() if args.host_top else None
+    if host is not None:
+        host.enable()
+        for _ in range(args.steps):
+            work.step()
+        torch.cuda.synchronize()
+        host.disable()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):
             work.step()
         torch.cuda.synchronize()
+    if args.trace:
+        name = f"{model}-{case}-{label}".replace(":", "_").replace("/", "_")
+        prof.export_chrome_trace(f"{args.trace}/{name}.json")
     kernels = _kernel_times(prof)
     gpu_ms = sum(us for us, _ in kernels.values()) / 1e3 / args.steps
     launches = sum(n for _, n in kernels.values()) / args.steps
@@ -67,6 +81,9 @@ def profile_row(model: str, case: str, label: str, args) -> None:
     ranked = sorted(kernels.items(), key=lambda kv: -kv[1][0])[: args.top]
     for name, (us, n) in ranked:
         print(f"  {us / args.steps:9.1f} us  x{n / args.steps:5.1f}  {name[:110]}")
+    if host is not None:
+        print(f"  host time by function over {args.steps} steps (cProfile, own time):")
+        pstats.Stats(host).sort_stats("tottime").print_stats(args.host_top)
 
 
 def main() -> None:
@@ -79,6 +96,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--host-top", type=int, default=0, help="cProfile lines to print")
+    parser.add_argument("--trace", default=None, help="folder for Chrome traces")
     args = parser.parse_args()
     for model in args.models.split(","):
         for case in args.cases.split(","):

@@ -90,6 +90,63 @@ def test_several_mutated_inputs_are_written_together_and_in_order(monkeypatch) -
     torch.testing.assert_close((a, b), (expected_a, expected_b))
 
 
+def test_mutated_inputs_of_two_dtypes_are_written_with_one_copy_per_dtype(monkeypatch) -> None:
+    """``_foreach_copy_`` over mixed dtypes falls back to a copy per tensor (a launch each on a
+    GPU): a batch norm's float statistics and integer counter go in one call per dtype."""
+    calls = []
+    foreach_copy = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda *a: calls.append(a) or foreach_copy(*a))
+
+    def count_and_sum(x, total, count, seen):
+        total.add_(x)
+        count.add_(1)
+        seen.add_(2)
+        return x * 2
+
+    x = torch.randn(4)
+    total, count, seen = torch.zeros(4), torch.zeros((), dtype=torch.int64), torch.zeros(3)
+    compiled, _ = _compile(count_and_sum, [x, total, count, seen])
+    compiled(x, total, count, seen)
+    torch.testing.assert_close((total, count, seen), (x, torch.tensor(1), torch.full((3,), 2.0)))
+    assert sorted(len(targets) for targets, _ in calls) == [1, 2]
+    assert all(len({t.dtype for t in targets}) == 1 for targets, _ in calls)
+
+
+def test_backward_makes_no_zeros_for_outputs_without_tangents() -> None:
+    """Autograd would hand the backward a tensor of zeros for each output that takes no
+    gradient (a ResNet's 60 running statistics: 60 fill kernels a step); an output the loss
+    does not use gets its zeros, as eager's backward sees them."""
+
+    class Fills(torch.utils._python_dispatch.TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.fills = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.fills += func in (aten.zeros.default, aten.fill_.Scalar, aten.zero_.default)
+            return func(*args, **(kwargs or {}))
+
+    bn = torch.nn.BatchNorm1d(3)
+    gm, state = flat_graph(bn)
+    x = torch.randn(5, 3)
+    compiled, _ = _compile(gm, [*state, x])
+    out = compiled(*state, x)
+    with Fills() as mode:
+        out.sum().backward()
+    assert mode.fills == 0
+    expected = torch.autograd.grad(bn(x).sum(), list(bn.parameters()))
+    torch.testing.assert_close([p.grad for p in state if p.requires_grad], list(expected))
+
+    def two_outputs(x, w):
+        return x * w, (x + w).sin()
+
+    x, w = torch.randn(4), torch.randn(4, requires_grad=True)
+    compiled, _ = _compile(two_outputs, [x, w])
+    first, _ = compiled(x, w)
+    first.sum().backward()
+    torch.testing.assert_close(w.grad, x)
+
+
 def test_batchnorm_running_stats_come_back_as_graph_outputs() -> None:
     bn = torch.nn.BatchNorm1d(3)
     gm, state = flat_graph(bn)
