@@ -185,11 +185,14 @@ class GraphLowering(Interpreter):
     # -- interpreter hooks -------------------------------------------------------
     def run_node(self, n: Node) -> Any:
         self.current_node = n
+        first_new = len(self.ir.buffers)
         out = super().run_node(n)
         if isinstance(out, PointwiseValue):
             users = len(n.users)
             if out.cost > MAX_INLINE_COST or (users > 1 and out.cost >= REUSE_COST):
                 out = self.realize(out)
+        for buf in self.ir.buffers[first_new:]:  # what kernel names and profiles show
+            buf.origin = _op_name(n)
         return out
 
     def placeholder(self, target, args, kwargs) -> Any:
@@ -412,6 +415,15 @@ def _read_order_layout(value: PointwiseValue) -> Layout | None:
             strides[d], step = step, step * value.size[d]
         return Layout(value.size, tuple(strides), value.dtype, value.device)
     return None
+
+
+def _op_name(node: Node) -> str:
+    """A short name of the op ``node`` calls: ``convolution_backward`` for its overload;
+    nothing for placeholders and outputs."""
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    name = getattr(packet or target, "__name__", None) or str(target)
+    return name.strip("_") if node.op == "call_function" else ""
 
 
 def channels_last_layout(size, dtype: torch.dtype, device: torch.device) -> Layout:

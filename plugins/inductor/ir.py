@@ -147,6 +147,8 @@ class ComputedBuffer(Buffer):
     def __init__(self, name: str, layout: Layout, data: Pointwise | Reduction | Scatter):
         super().__init__(name, layout)
         self.data = data
+        #: the aten op whose lowering made it (``relu``, ``native_batch_norm_backward``)
+        self.origin = ""
 
     @staticmethod
     def pointwise(

@@ -925,6 +925,20 @@ class TritonKernel:
         return TritonValue(n[0], acc.value.dtype, frozenset("x"))
 
 
+#: longest run of op names in a kernel's name (profilers cut long names)
+NAME_OPS_CHARS = 60
+
+
+def _kernel_name(plan: KernelPlan, text: str) -> str:
+    """``kiln_{red|poi}_{the ops it fuses}_{hash of its text}``, as profilers list it:
+    ``kiln_red_native_batch_norm_backward_threshold_backward_5f0c2a1e``."""
+    nodes = plan.kernel.nodes
+    kind = "red" if any(n.is_reduction for n in nodes) else "poi"
+    ops = "_".join(dict.fromkeys(n.buffer.origin for n in nodes if n.buffer.origin))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return f"kiln_{kind}_{ops[:NAME_OPS_CHARS].rstrip('_')}_{digest}".replace("__", "_")
+
+
 def num_warps_for(tile_elements: int, per_thread: int = 8) -> int:
     """Warps per program: ``per_thread`` elements of a tile per thread, between 2 and 8
     warps (a 1024-element pointwise block gets Triton's default 4; a row of 1024 elements,
@@ -1015,12 +1029,15 @@ def generate_triton(
     kernels share a function, named by the hash of its text); ``autotune``: tune each kernel
     at its first call."""
     sources: dict[str, str] = {}
+    names: dict[str, str] = {}  # kernel text -> the name of the function that runs it
     by_step: dict[str, KernelLaunch] = {}
     for kernel_name, plan in plans.items():
         kernel = TritonKernel(plan, graph)
         text, params, meta, grid = kernel.emit()
-        name = f"kiln_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-        sources[name] = text.replace("KERNEL_NAME", name)
+        name = names.get(text)
+        if name is None:
+            name = names[text] = _kernel_name(plan, text)
+            sources[name] = text.replace("KERNEL_NAME", name)
         buffers = [graph.buffer(p) for p in params]
         launch = KernelLaunch(
             name,
