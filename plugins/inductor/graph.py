@@ -94,6 +94,9 @@ class GraphLowering(Interpreter):
         self.num_user_outputs: int | None = gm.meta.get("num_user_outputs")
         # graphs with 2-D convolutions keep their 4-D intermediates channels-last
         self.channels_last = caps.channels_last_conv and any(_is_conv2d(n) for n in gm.graph.nodes)
+        # inputs the forward saves for backward, and their channels-last copies made here
+        self._saved_inputs = _saved_inputs(gm, self.num_user_outputs)
+        self._channels_last_inputs: dict[Node, StorageView] = {}
 
     # -- public ---------------------------------------------------------------
     def lower(self) -> GraphIR:
@@ -253,7 +256,8 @@ class GraphLowering(Interpreter):
         for index, (value, meta_node) in enumerate(zip(values, metas)):
             meta = meta_node.meta.get("val") if isinstance(meta_node, Node) else None
             if self.num_user_outputs is not None and index >= self.num_user_outputs:
-                value = self.realize(value)  # saved for backward: kept in our layout
+                # saved for backward: kept in our layout (a weight in its converted one)
+                value = self._channels_last_inputs.get(meta_node) or self.realize(value)
             elif isinstance(value, PointwiseValue):
                 layout = None
                 if isinstance(meta, torch.Tensor) and tuple(meta.shape) == value.size:
@@ -271,10 +275,20 @@ class GraphLowering(Interpreter):
         where they are not, which fuses into the producer's kernel); it returns channels-last."""
         x, weight, *rest = args
         x = self.realize(x, channels_last_layout(x.size, x.dtype, x.device))
-        if not self._library_converts(weight):
+        weight_node = self.current_node.args[1]
+        # a weight the backward reads channels-last too is converted here once and saved
+        # converted: the library would convert it again in the backward, with a copy of its own
+        save = weight_node in self._saved_inputs and _channels_last_backward_is_safe(
+            weight.size, rest[1], rest[2], weight.device
+        )
+        if weight_node in self._channels_last_inputs:
+            weight = self._channels_last_inputs[weight_node]
+        elif save or not self._library_converts(weight):
             weight = self.realize(
                 weight, channels_last_layout(weight.size, weight.dtype, weight.device)
             )
+            if save:
+                self._channels_last_inputs[weight_node] = weight
         layout = channels_last_layout(tuple(meta.shape), meta.dtype, meta.device)
         return self.fallback(CONVOLUTION, (x, weight, *rest), kwargs, meta, "extern kernel", layout)
 
@@ -415,6 +429,15 @@ def _read_order_layout(value: PointwiseValue) -> Layout | None:
             strides[d], step = step, step * value.size[d]
         return Layout(value.size, tuple(strides), value.dtype, value.device)
     return None
+
+
+def _saved_inputs(gm: GraphModule, num_user_outputs: int | None) -> set[Node]:
+    """The placeholders a forward graph returns past its user outputs (saved for backward)."""
+    if num_user_outputs is None:
+        return set()
+    outputs = gm.graph.find_nodes(op="output")[0].args[0]
+    saved = outputs[num_user_outputs:] if isinstance(outputs, (list, tuple)) else ()
+    return {n for n in saved if isinstance(n, Node) and n.op == "placeholder"}
 
 
 def _op_name(node: Node) -> str:

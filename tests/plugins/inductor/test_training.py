@@ -98,3 +98,33 @@ def test_only_the_cpu_backward_of_strided_one_by_one_convolutions_runs_contiguou
     assert not _channels_last_backward_is_safe(*args, torch.device("cpu"))
     assert _channels_last_backward_is_safe(*args, torch.device("cuda"))
     assert _channels_last_backward_is_safe((64, 32, 3, 3), [2, 2], [1, 1], torch.device("cpu"))
+
+
+def test_convolution_weights_are_converted_once_and_saved_converted(caplog):
+    """The forward converts each weight to channels-last for its convolution and saves that
+    copy: the backward reads it as it is (no second conversion), and a weight shared by two
+    convolutions is converted once."""
+    from torchkiln import logs
+
+    def fn(x, w1, w2, b):
+        y = F.relu(F.conv2d(x, w1, b, padding=1))
+        return (F.conv2d(F.conv2d(y, w2, padding=1), w2, padding=1),)
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 6, 6, requires_grad=True)
+    w1, w2 = torch.randn(8, 4, 3, 3), torch.randn(8, 8, 3, 3)
+    b = torch.randn(8)
+    logs.set_logs("output_code")
+    try:
+        with caplog.at_level("INFO", logger="torchkiln"):
+            check_gradients(fn, x, w1.requires_grad_(), w2.requires_grad_(), b.requires_grad_())
+    finally:
+        logs.set_logs("")
+    forward, backward = caplog.text.split("def call(args):")[1:3]
+    assert forward.count("aten_convolution_default(") == 3
+    for weight in (w1, w2):
+        strides = tuple(weight.contiguous(memory_format=torch.channels_last).stride())
+        converted = f"_empty({tuple(weight.shape)}, {strides}"
+        assert forward.count(converted) == 1  # once, however many convolutions use it
+        assert converted not in backward  # the saved copy comes in channels-last
+        assert f".stride() != {strides}" in backward
