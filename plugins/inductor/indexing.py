@@ -253,15 +253,18 @@ class Expr:
 
 
 def _recombine(terms: dict[Atom, int], const: int) -> Expr:
-    """Fold ``c*d*(x // d) + c*(x % d)`` back into ``c*x``."""
+    """Fold ``c*d*(x // d) + c*(x % d)`` back into ``c*x``. ``x // d`` is looked up as
+    ``floordiv`` writes it, so nested quotients fold too: ``x // 784`` is ``(x // 28) // 28``,
+    and ``100352*(x // 784) + 3584*((x // 28) % 28) + 128*(x % 28)`` (a flat index split over
+    a channels-last tensor's dims) is ``128*x``."""
     changed = True
     while changed:
         changed = False
         for atom, coeff in list(terms.items()):
             if not isinstance(atom, Mod) or coeff == 0:
                 continue
-            partner = FloorDiv(atom.arg, atom.divisor)
-            if terms.get(partner, 0) == coeff * atom.divisor:
+            partner = atom.arg.floordiv(atom.divisor).single_atom()
+            if partner is not None and terms.get(partner, 0) == coeff * atom.divisor:
                 del terms[atom], terms[partner]
                 for a, c in atom.arg.terms:
                     terms[a] = terms.get(a, 0) + c * coeff

@@ -48,3 +48,15 @@ def test_rendered_division_parenthesises_its_argument():
     i, j = v("i", 3), v("j", 100)
     text = (i * 7 + j).floordiv(5).render()
     assert text.startswith("((") and "/ 5)" in text
+
+
+def test_a_flat_index_split_over_several_dims_recombines_through_nested_quotients():
+    """A split reduction's chunk of a channels-last tensor: the flat position ``p`` over
+    (n, h, w) indexes ``100352*(p // 784) + 3584*((p // 28) % 28) + 128*(p % 28)``, which
+    is ``128*p`` (integer divisions per element otherwise, in every load)."""
+    x, r = v("x", 6272), v("r", 128)
+    p = x.floordiv(128) * 128 + r
+    n, h, w = unflatten(p, (8, 28, 28))
+    index = linear_index([n, h, w, x.mod(128)], (100352, 3584, 128, 1))
+    assert index == p * 128 + x.mod(128)
+    assert "784" not in str(index) and "% 28" not in str(index)
