@@ -61,6 +61,11 @@ ROW_PER_PROGRAM = 256
 POINTWISE_BLOCK = 1024
 #: reduced elements per block of a kernel that reduces down columns (see ``_reads_down_columns``)
 COLUMN_RBLOCK = 64
+#: programs such a kernel keeps at least, with fewer columns each (down to
+#: ``COLUMN_MIN_XBLOCK``, a 32-byte sector of float32 per row) and more of each column per
+#: block: the merge of a batch norm's partial statistics (64 channels, 1024 partials each)
+#: ran as one program for 20-29 us on the H200
+COLUMN_MIN_PROGRAMS, COLUMN_MIN_XBLOCK = 128, 8
 
 #: float32 -> bfloat16 conversions round to nearest-even on a GPU; Triton's interpreter
 #: truncates, so under it the value is rounded first (bit arithmetic, NaN kept)
@@ -607,6 +612,7 @@ class TritonKernel:
         self._locals: dict[tuple[str, Expr], TritonValue] = {}  # the plan's local buffers
         self._tile_names: dict[tuple[int, ...], int] = {}  # inner loops -> first segment over them
         self._columns = False  # tiles wide in x, short in r (decided in ``emit``)
+        self._column_xblock = TILE_ELEMENTS // COLUMN_RBLOCK  # their columns per program
         self.xnumel = math.prod(plan.kernel.outer)
         self.rnumels: dict[str, int] = {}  # RBLOCK constexpr -> its segments' inner elements
         self._stored: set[str] = set()
@@ -631,10 +637,15 @@ class TritonKernel:
         """(source with placeholder name ``KERNEL_NAME``, buffer arguments, block sizes, grid)."""
         xnumel = self.xnumel
         self._columns = self._reads_down_columns()
+        if self._columns:
+            inner = max(_pow2(math.prod(g.inner)) for g in self.plan.segments if self._tiled(g))
+            self._column_xblock = _column_xblock(xnumel, min(inner, COLUMN_RBLOCK))
         rblocks = [self._rblock(seg) for seg in self.plan.segments if self._tiled(seg)]
         rows = bool(rblocks) and not self._columns and max(rblocks) >= ROW_PER_PROGRAM
         if rows:
             xblock = 1
+        elif self._columns:
+            xblock = self._column_xblock
         elif rblocks:
             xblock = min(_pow2(xnumel), max(1, TILE_ELEMENTS // max(rblocks)))
         else:
@@ -678,7 +689,7 @@ class TritonKernel:
         return bool(seg.inner) or any(n.is_reduction for n in seg.nodes)
 
     def _rblock(self, seg: Segment) -> int:
-        largest = COLUMN_RBLOCK if self._columns else TRITON_PERSISTENT_MAX
+        largest = TILE_ELEMENTS // self._column_xblock if self._columns else TRITON_PERSISTENT_MAX
         return min(_pow2(math.prod(seg.inner)), largest)
 
     def _reads_down_columns(self) -> bool:
@@ -944,6 +955,16 @@ def num_warps_for(tile_elements: int, per_thread: int = 8) -> int:
     warps (a 1024-element pointwise block gets Triton's default 4; a row of 1024 elements,
     4 per thread as torch's inductor spreads a row, 8)."""
     return max(2, min(8, tile_elements // (32 * per_thread)))
+
+
+def _column_xblock(xnumel: int, rblock: int) -> int:
+    """Columns per program of a kernel reducing down columns ``rblock`` rows at a time: a
+    tile's worth, halved (not below ``COLUMN_MIN_XBLOCK``) while that leaves fewer than
+    ``COLUMN_MIN_PROGRAMS`` programs."""
+    xblock = min(_pow2(xnumel), TILE_ELEMENTS // rblock)
+    while xblock > COLUMN_MIN_XBLOCK and -(-xnumel // xblock) < COLUMN_MIN_PROGRAMS:
+        xblock //= 2
+    return xblock
 
 
 def _pow2(n: int) -> int:

@@ -106,9 +106,17 @@ def test_reductions(fn, shape):
 def test_sum_down_columns_takes_wide_short_tiles():
     """A bias gradient (a sum over rows): each tile row is a coalesced read of 64 columns,
     not a program per column reading one element per row."""
-    compiled = triton_check(lambda x: x.sum(0), torch.randn(300, 96))
+    compiled = triton_check(lambda x: x.sum(0), torch.randn(300, 8192))
     (launch,) = compiled.artifact.triton.launches
     assert dict(launch.meta) == {"XBLOCK": 64, "RBLOCK0": 64}
+
+
+def test_sum_down_few_columns_takes_narrower_taller_tiles():
+    """96 columns in tiles of 64 would be 2 programs looping down 300 rows: 8 columns (a
+    32-byte sector of float32) a program keep 12 busy, each reading its rows at once."""
+    compiled = triton_check(lambda x: x.sum(0), torch.randn(300, 96))
+    (launch,) = compiled.artifact.triton.launches
+    assert dict(launch.meta) == {"XBLOCK": 8, "RBLOCK0": 512}
 
 
 def test_sum_into_few_outputs_splits_into_parallel_chunks():
