@@ -63,7 +63,10 @@ def profile_row(model: str, case: str, label: str, args) -> None:
             work.step()
         torch.cuda.synchronize()
         host.disable()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    traced = bool(args.trace)  # with the arguments' shapes and strides, for the trace
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=traced
+    ) as prof:
         for _ in range(args.steps):
             work.step()
         torch.cuda.synchronize()
