@@ -119,6 +119,16 @@ def test_sum_down_few_columns_takes_narrower_taller_tiles():
     assert dict(launch.meta) == {"XBLOCK": 8, "RBLOCK0": 512}
 
 
+def test_welford_down_columns_loops_over_half_height_tiles():
+    """Variance down columns keeps a mean, a sum of squares and a count per lane: its tiles
+    are half as tall as a sum's (registers, not memory, bound it), and it matches eager."""
+    compiled = triton_check(
+        lambda x: torch.var_mean(x, 0, correction=0), torch.randn(600, 8192), rtol=1e-4, atol=1e-4
+    )
+    (launch,) = compiled.artifact.triton.launches
+    assert dict(launch.meta) == {"XBLOCK": 64, "RBLOCK0": 32}
+
+
 def test_sum_into_few_outputs_splits_into_parallel_chunks():
     """96 sums over 5000 rows would be 2 programs of 64 columns: the rows split into chunks
     of 128, each a program, then the chunks' sums are added."""
