@@ -74,6 +74,11 @@ A backend that can store what its compilers return passes
 cache and a later process that compiles the same graph loads them instead
 of tracing and compiling again (see :mod:`torchkiln.aot.cache`).
 
+A backend that rewrites the captured (torch-level) graph before it is traced passes
+``graph_pass=fn``, ``fn(gm, fake_inputs) -> gm`` (inductor: explicit attention into SDPA
+calls, whose backward autograd then gives): it runs when a plan is traced, never when
+one is loaded from the plan cache, which keys plans by the graph as captured.
+
 ``TORCHKILN_LOGS=aot_graphs`` prints the joint, forward, backward and
 inference graphs.
 """

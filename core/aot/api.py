@@ -52,6 +52,8 @@ from torchkiln.static_shapes import (
 #: Whether a call's argument sizes keep the facts a plan was traced under.
 SizeCheck = Callable[[Sequence], bool]
 Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModule]]
+#: ``graph_pass(gm, fake_inputs) -> gm``: a rewrite of the captured graph before tracing.
+GraphPass = Callable[[fx.GraphModule, list], fx.GraphModule]
 
 Tensor = torch.Tensor  # read per argument per call: a global, not ``torch.Tensor``
 
@@ -97,6 +99,7 @@ class _AOTCompiled:
         partition_fn: Partitioner,
         cache: PlanCache | None,
         before_trace: Callable[[], None] | None = None,
+        graph_pass: GraphPass | None = None,
     ) -> None:
         self.gm = gm
         self.fw_compiler = fw_compiler
@@ -106,6 +109,7 @@ class _AOTCompiled:
         self.partition_fn = partition_fn
         self.cache = cache
         self.before_trace = before_trace
+        self.graph_pass = graph_pass
         #: The compiled model's runtime wrappers (CUDA graphs, say), applied around each
         #: compiled forward, backward and inference graph; kept out of the plan cache.
         self.wrappers = runtime_wrappers.claim()
@@ -182,6 +186,7 @@ class _AOTCompiled:
             self.partition_fn,
             self.cache,
             self.before_trace,
+            self.graph_pass,
         )
         static.wrappers = self.wrappers
         static.plan_for(args)
@@ -216,9 +221,10 @@ class _AOTCompiled:
 
     def _trace_and_compile(self, args: Sequence, training: bool) -> tuple[GraphMeta, Any]:
         mode, fakes = fake_mode_and_inputs(list(args), self.gm)
-        meta = analyze(self.gm, fakes, mode)
+        gm = self.gm if self.graph_pass is None else self.graph_pass(self.gm, fakes)
+        meta = analyze(gm, fakes, mode)
         if training and any(meta.computed_requires_grad):
-            joint = trace_joint(self.gm, meta, fakes, mode, self.decompositions)
+            joint = trace_joint(gm, meta, fakes, mode, self.decompositions)
             _log_graph("joint graph", joint.gm)
             fw_gm, bw_gm = self.partition_fn(joint.gm, joint.num_fwd_outputs)
             fw_gm.meta["num_user_outputs"] = joint.num_fwd_outputs
@@ -232,7 +238,7 @@ class _AOTCompiled:
                 differentiable=joint.differentiable,
                 grad_inputs=joint.grad_inputs,
             )
-        inference_gm = trace_inference(self.gm, meta, fakes, mode, self.decompositions)
+        inference_gm = trace_inference(gm, meta, fakes, mode, self.decompositions)
         _log_graph("inference graph", inference_gm)
         return meta, self.inference_compiler(inference_gm, example_inputs_of(inference_gm))
 
@@ -276,6 +282,7 @@ def aot_autograd(
     partition_fn: Partitioner | None = None,
     cache: ArtifactCodec | None = None,
     before_trace: Callable[[], None] | None = None,
+    graph_pass: GraphPass | None = None,
 ) -> Callable[[fx.GraphModule, list], Callable]:
     """A backend compile function that traces forward and backward ahead of time.
 
@@ -286,6 +293,11 @@ def aot_autograd(
     ``before_trace`` is called when a graph is about to be traced and compiled (not when its
     plan is loaded from the cache): a backend starts there what its compilers will need, so
     that it starts while the trace runs (inductor: its Triton compile workers).
+    ``graph_pass(gm, fake_inputs)`` returns the captured graph rewritten (a new module; ``gm``
+    stays as captured), which is then traced; it runs when a plan is traced, not when one is
+    loaded: plans are keyed by the graph as captured, so what the pass decides may depend only
+    on the graph, its inputs' metadata and what the codec's salt holds (inductor: explicit
+    attention into SDPA calls).
     ``decompositions`` never decompose the ops of ``torchkiln.aot.KEEP_WHOLE``.
     """
     partition_fn = partition_fn or min_cut_partition
@@ -303,6 +315,7 @@ def aot_autograd(
             partition_fn=partition_fn,
             cache=plan_cache,
             before_trace=before_trace,
+            graph_pass=graph_pass,
         )
         compiled.plan_for(example_inputs)
         compiled.seal()

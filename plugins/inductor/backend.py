@@ -2,10 +2,12 @@
 
 ``compile_graph(gm, example_inputs, **options)`` hands the graph to the
 shared AOT-autograd layer (``torchkiln.aot.aot_autograd``) with
-:func:`compile_fx` as forward, backward and inference compiler, and the
+:func:`compile_fx` as forward, backward and inference compiler, the
 decompositions in :func:`decompositions` (core aten, minus the ops this
-backend lowers whole, like gelu, layer_norm and softmax). Compiled graphs
-go to the AOT layer's on-disk plan cache as :class:`GraphArtifact` records
+backend lowers whole, like gelu, layer_norm and softmax) and, as the pass
+on the graph before it is traced, :func:`.fuse_attention.fuse_attention`
+(explicit attention into SDPA calls). Compiled graphs go to the AOT
+layer's on-disk plan cache as :class:`GraphArtifact` records
 (:func:`plan_codec`), so another process compiling the same model generates
 and compiles nothing.
 """
@@ -28,6 +30,7 @@ from torchkiln.plugin import source_fingerprint
 from .compile_fx import CompiledGraph, GraphArtifact, compile_fx
 from .cpp_build import toolchain_id
 from .device import device_caps
+from .fuse_attention import fuse_attention
 from .lowering import LOWERINGS
 from .options import InductorOptions, parse_options
 
@@ -96,7 +99,13 @@ def plan_codec(options: InductorOptions) -> ArtifactCodec | None:
     if options.trace:
         return None
     salt = "|".join(
-        ("inductor", repr(options), source_fingerprint(str(Path(__file__).parent)), toolchain_id())
+        (
+            "inductor",
+            repr(options),
+            source_fingerprint(str(Path(__file__).parent)),
+            toolchain_id(),
+            f"tf32={torch.backends.cuda.matmul.allow_tf32}",  # fuse_attention reads it
+        )
     )
     return ArtifactCodec(salt, dump=_dump, load=_load)
 
@@ -117,7 +126,17 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) ->
         decompositions=decompositions(),
         cache=plan_codec(opts),
         before_trace=_compile_workers_starter(example_inputs),
+        graph_pass=_attention_pass(opts),
     )(gm, example_inputs)
+
+
+def _attention_pass(options: InductorOptions) -> Callable[[GraphModule, list], GraphModule] | None:
+    """:func:`fuse_attention` as the AOT layer's graph pass (it runs on plan-cache misses
+    only: a second process that loads its plans needs no fake run of the graph), with the
+    TF32 setting read now, as :func:`plan_codec` keys plans by it."""
+    if not options.fuse_attention:
+        return None
+    return functools.partial(fuse_attention, cuda_tf32=torch.backends.cuda.matmul.allow_tf32)
 
 
 def _compile_workers_starter(example_inputs: list[Any]) -> Callable[[], None] | None:

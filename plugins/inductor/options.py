@@ -82,6 +82,18 @@ _FIELDS: tuple[tuple[str, Option], ...] = (
         ),
     ),
     (
+        "fuse_attention",
+        Option(
+            "fuse_attention",
+            True,
+            "rewrite attention written out by hand (softmax(q @ k^T * scale + mask) @ v) into "
+            "one scaled_dot_product_attention call: fused kernels that never materialize the "
+            "scores (fuse_attention.py says which forms, and what differs: NaN gradients of "
+            "rows that mask every key)",
+            bool,
+        ),
+    ),
+    (
         "epilogue_fusion",
         Option(
             "epilogue_fusion",

@@ -212,3 +212,27 @@ def test_before_trace_runs_when_a_graph_is_traced_not_when_its_plan_is_loaded() 
     fresh = inputs()
     eager_and_compiled_grads(compile_with_hook(fresh), fresh)
     assert traces == [1]  # loaded from the cache: nothing traced
+
+
+def test_graph_pass_rewrites_what_is_traced_and_is_skipped_when_the_plan_is_loaded() -> None:
+    """Plans are keyed by the graph as captured: a plan from the cache needs no pass (the
+    inductor's rewrite of attention would otherwise run fake tensors in a warm process)."""
+    passes = []
+
+    def doubled(gm: fx.GraphModule, fake_inputs: list) -> fx.GraphModule:
+        passes.append([type(x).__name__ for x in fake_inputs])
+        return fx.symbolic_trace(lambda x, w, b: gelu_mlp(x, w, b) * 2)
+
+    def compile_with_pass(args):
+        captured = fx.symbolic_trace(gelu_mlp)
+        compiled = aot_autograd(fw_compiler=GraphCompiler(), cache=GRAPH_CODEC, graph_pass=doubled)
+        return compiled(captured, args), captured
+
+    args = inputs(requires_grad=False)
+    compiled, captured = compile_with_pass(args)
+    torch.testing.assert_close(compiled(*args), gelu_mlp(*args) * 2)
+    torch.testing.assert_close(captured(*args), gelu_mlp(*args))  # kept as captured
+    assert passes == [["FakeTensor"] * 3]
+    compiled, _ = compile_with_pass(args)
+    torch.testing.assert_close(compiled(*args), gelu_mlp(*args) * 2)
+    assert len(passes) == 1 and torchkiln.counters["aot_cache"]["hits"] == 1

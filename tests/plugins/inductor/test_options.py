@@ -20,6 +20,7 @@ def test_list_options_names_every_declared_option():
         "trace.enabled",
         "trace.graph_diagram",
         "epilogue_fusion",
+        "fuse_attention",
         "max_autotune",
         "shape_padding",
         "triton.cudagraphs",
