@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch._decomp import get_decompositions
 from torch.utils._pytree import tree_leaves
 
 import openvino as ov
@@ -27,10 +26,9 @@ from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder
 from torchkiln import logs
 from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError
+from torchkiln_openvino import decompositions as own_decompositions
 from torchkiln_openvino import freeze, ops, rewrites
 from torchkiln_openvino.runtime import NHWC, OpenVINOGraph, element_type, slow_reorders
-
-aten = torch.ops.aten
 
 
 def decompositions() -> dict:
@@ -40,11 +38,11 @@ def decompositions() -> dict:
     frontend does not convert. Layer norm, the inference batch norm
     (``_native_batch_norm_legit_no_training``) and the fused CPU attention stay whole:
     OpenVINO runs each as one fused op (a decomposed batch norm costs ~4x). The
-    training batch norm is decomposed, so that the statistics it saves for the
-    backward come from ops OpenVINO converts.
+    training batch norm is decomposed (:mod:`torchkiln_openvino.decompositions`), so
+    that the statistics it saves for the backward come from ops OpenVINO converts.
     """
     table = core_aten_table()
-    table.update(get_decompositions([aten._native_batch_norm_legit_functional]))
+    table.update(own_decompositions.table())
     return keep_whole(table)
 
 

@@ -2,13 +2,15 @@
 
 The ops are the ones OpenVINO's PyTorch frontend declares it converts from FX graphs
 (``openvino.frontend.pytorch.torchdynamo.op_support``: a table, importing it loads
-neither ``torch._dynamo`` nor ``openvino.torch``). On top of the table:
+neither ``torch._dynamo`` nor ``openvino.torch``), and the backward ops the compiler
+writes out for it (:data:`torchkiln_openvino.rewrites.WRITTEN_OUT`: the attention's,
+an ungrouped convolution's). On top of the table:
 
 * a multi-output op outside :data:`ALL_OUTPUTS` runs in OpenVINO only when the graph
   reads its output 0 alone: the frontend converts ``native_layer_norm``, the batch
   norms and the fused attention to their output 0 only, so a training graph that saves
   their other outputs for the backward runs them with the next backend, except a float32
-  layer norm, whose statistics the compiler computes beside it
+  layer norm or attention, whose other outputs the compiler computes
   (:mod:`torchkiln_openvino.rewrites`);
 * random ops run in torch, so that a seed gives eager's numbers (the frontend's
   ``native_dropout`` is wrong in training, too);
@@ -60,12 +62,12 @@ ALL_OUTPUTS = frozenset({aten.var_mean.correction, aten.split_with_sizes.default
 
 @functools.cache
 def frontend_ops() -> frozenset:
-    """The aten overloads (and packets) the OpenVINO PyTorch frontend converts from FX."""
+    """The aten overloads (and packets) the OpenVINO PyTorch frontend converts from FX, and
+    the backward ops :mod:`torchkiln_openvino.rewrites` writes out for it."""
     from openvino.frontend.pytorch.torchdynamo.op_support import OperatorSupport
 
-    return frozenset(
-        op for op in map(resolve, OperatorSupport(None)._support_dict) if op is not None
-    )
+    table = (resolve(name) for name in OperatorSupport(None)._support_dict)
+    return frozenset(op for op in table if op is not None) | rewrites.WRITTEN_OUT
 
 
 def resolve(name: str) -> Any:
@@ -107,8 +109,11 @@ def supports(node: fx.Node) -> bool | str:
     dtypes = {v.dtype for v in values} - DTYPES
     if dtypes:
         return f"{', '.join(sorted(map(str, dtypes)))} tensors"
-    if node.target is aten.cumsum.default and node.args[0].meta["val"].dtype == torch.bool:
-        return "a cumulative sum of booleans: the frontend keeps them boolean, torch counts"
+    if node.target in rewrites.WRITTEN_OUT and not rewrites.expands(node):
+        return (
+            "not converted by the frontend, written out only for plain convolutions "
+            "and attention without dropout"
+        )
     if _draws_random_numbers(node):
         return "a random op: torch draws its numbers, so that a seed gives eager's"
     if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:

@@ -7,32 +7,59 @@ forward graph in two (hf_bert's forward: 31 partitions, each an OpenVINO call). 
 statistics of such a layer norm are computed here with ops the frontend converts
 (``var_mean``, ``rsqrt``), so that OpenVINO computes them as well.
 
-:func:`for_openvino` also returns each output once: the frontend fails on a graph
+:func:`expand_attention`: the same for the fused CPU attention of a training graph,
+whose forward saves the log-sum-exp of the scores for the backward, and for its
+backward, which the frontend does not convert at all: both are written out as matrix
+products and a softmax, so that a transformer's forward and backward graphs are no
+longer cut at every attention (hf_bert's: 5 and 7 partitions).
+:func:`expand_convolution_backward` writes out a convolution's backward, which the
+frontend does not convert either, as convolutions.
+
+:func:`for_openvino` also counts the booleans of cumulative sums
+(:func:`count_booleans`) and returns each output once: the frontend fails on a graph
 that returns one value twice ("Tensor name is not a number"), as a training graph does
 when it saves an output for the backward through an alias (chain's softmax output).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import operator
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_leaves
 
 aten = torch.ops.aten
 
-#: The dtypes of the layer norms whose statistics are computed apart; torch computes the
-#: statistics of lower-precision ones in float32, which ``var_mean`` would not.
+#: The dtypes of the layer norms and attentions that are written out; torch computes the
+#: statistics of lower-precision ones in float32, which the ops written out would not.
 EXPANDED_DTYPES = frozenset({torch.float32, torch.float64})
+
+ATTENTION = aten._scaled_dot_product_flash_attention_for_cpu.default
+ATTENTION_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+CONVOLUTION_BACKWARD = aten.convolution_backward.default
+
+#: The ops the frontend does not convert, which the rewrites here write out
+WRITTEN_OUT = frozenset({ATTENTION_BACKWARD, CONVOLUTION_BACKWARD})
 
 
 def expands(node: fx.Node) -> bool:
-    """Whether :func:`expand_layer_norms` computes ``node``'s statistics (a layer norm)."""
-    return (
-        node.target is aten.native_layer_norm.default
-        and node.args[0].meta["val"].dtype in EXPANDED_DTYPES
-    )
+    """Whether a rewrite here gives all of ``node``'s outputs: a layer norm
+    (:func:`expand_layer_norms`), an attention or its backward without dropout
+    (:func:`expand_attention`), the backward of a convolution neither grouped nor
+    transposed (:func:`expand_convolution_backward`)."""
+    if node.target is CONVOLUTION_BACKWARD:
+        transposed, groups = node.args[7], node.args[9]
+        return not transposed and groups == 1
+    if node.target is aten.native_layer_norm.default:
+        return node.args[0].meta["val"].dtype in EXPANDED_DTYPES
+    if node.target in (ATTENTION, ATTENTION_BACKWARD):
+        query = node.args[0 if node.target is ATTENTION else 1]
+        return query.meta["val"].dtype in EXPANDED_DTYPES and _attention_options(node)[0] == 0
+    return False
 
 
 def expand_layer_norms(gm: fx.GraphModule) -> None:
@@ -62,6 +89,158 @@ def expand_layer_norms(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+def expand_attention(gm: fx.GraphModule) -> None:
+    """Writes out, in place, the fused CPU attentions of ``gm`` whose log-sum-exp the graph
+    reads (a training forward's) and their backwards, as :func:`attention` and
+    :func:`attention_backward` traced at their inputs' values."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.target not in (ATTENTION, ATTENTION_BACKWARD) or not expands(node):
+            continue
+        reads = {u.args[1] for u in node.users if u.target is operator.getitem}
+        if node.target is ATTENTION and reads <= {0}:
+            continue  # OpenVINO runs output 0 alone as one fused op
+        *inputs, mask = _attention_inputs(node)
+        inputs += [mask] if mask is not None else []
+        _, causal, scale = _attention_options(node)
+        math_of = attention if node.target is ATTENTION else attention_backward
+        written_out = functools.partial(math_of, causal=causal, scale=scale)
+        _inline(node, written_out, inputs)
+    gm.recompile()
+
+
+def expand_convolution_backward(gm: fx.GraphModule) -> None:
+    """Writes out, in place, the convolution backwards of ``gm`` as convolutions
+    (:func:`convolution_backward`), so that a CNN's backward graph is not cut at each of
+    them (convnet's: 38 partitions, 15 of them torch's)."""
+    graph = gm.graph
+    for node in list(graph.find_nodes(op="call_function", target=CONVOLUTION_BACKWARD)):
+        if expands(node):
+            grad, input, weight, _, *options = node.args  # bias sizes: grad's channels
+            written_out = functools.partial(convolution_backward, *options)
+            _inline(node, written_out, [grad, input, weight])
+    gm.recompile()
+
+
+def convolution_backward(
+    stride, padding, dilation, transposed, output_padding, groups, output_mask, grad, input, weight
+):
+    """``convolution_backward`` of an ungrouped convolution (the options first): the input's
+    gradient is the transposed convolution of the output's; the weight's is the convolution
+    of the input, batch and channels swapped, with the output's gradient as its kernel
+    (strides become dilations); the bias's, the output's gradient summed per channel."""
+    spatial = range(2, grad.dim())
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        extent = [
+            (grad.shape[d] - 1) * stride[d - 2]
+            - 2 * padding[d - 2]
+            + dilation[d - 2] * (weight.shape[d] - 1)
+            + 1
+            for d in spatial
+        ]
+        extra = [input.shape[d] - extent[d - 2] for d in spatial]
+        grad_input = aten.convolution.default(
+            grad, weight, None, stride, padding, dilation, True, extra, 1
+        )
+    if output_mask[1]:
+        batch_as_channels = input.transpose(0, 1), grad.transpose(0, 1)
+        no_padding = [0] * len(stride)
+        swapped = aten.convolution.default(
+            *batch_as_channels, None, dilation, padding, stride, False, no_padding, 1
+        )
+        for d in spatial:  # past the kernel where the stride does not divide the input
+            swapped = swapped.narrow(d, 0, weight.shape[d])
+        grad_weight = swapped.transpose(0, 1)
+    if output_mask[2]:
+        grad_bias = grad.sum([0, *spatial])
+    return grad_input, grad_weight, grad_bias
+
+
+def attention(q, k, v, mask=None, *, causal: bool = False, scale: float | None = None):
+    """``_scaled_dot_product_flash_attention_for_cpu``: the output and the log-sum-exp of
+    each row of scores (the backward's softmax, without the scores saved)."""
+    scores = _scores(q, _repeat_heads(k, q), mask, causal, scale)
+    most = scores.amax(-1, keepdim=True)  # exp of the largest score is 1: no overflow
+    lse = torch.log(torch.exp(scores - most).sum(-1)) + most.squeeze(-1)
+    return torch.exp(scores - lse.unsqueeze(-1)) @ _repeat_heads(v, q), lse
+
+
+def attention_backward(
+    grad, q, k, v, out, lse, mask=None, *, causal: bool = False, scale: float | None = None
+):
+    """``_scaled_dot_product_flash_attention_for_cpu_backward``: the gradients of the query,
+    key and value, the softmax recomputed from the saved log-sum-exp."""
+    scale = scale or 1 / math.sqrt(q.shape[-1])
+    keys, values = _repeat_heads(k, q), _repeat_heads(v, q)
+    p = torch.exp(_scores(q, keys, mask, causal, scale) - lse.unsqueeze(-1))
+    grad_scores = p * (grad @ values.transpose(-2, -1) - (grad * out).sum(-1, keepdim=True))
+    grad_k = grad_scores.transpose(-2, -1) @ q * scale
+    grad_v = p.transpose(-2, -1) @ grad
+    return grad_scores @ keys * scale, _sum_heads(grad_k, k), _sum_heads(grad_v, v)
+
+
+def _scores(q, k, mask, causal: bool, scale: float | None):
+    scores = q @ k.transpose(-2, -1) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if causal:
+        rows, columns = scores.shape[-2:]
+        upper = ~torch.full((rows, columns), True, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(upper, -math.inf)
+    if mask is None:
+        return scores
+    return scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+
+
+def _repeat_heads(t, q):
+    """``t``'s heads each repeated for the query heads they serve (grouped-query attention)."""
+    groups = q.shape[1] // t.shape[1]
+    if groups == 1:
+        return t
+    b, h, s, e = t.shape
+    return t.unsqueeze(2).expand(b, h, groups, s, e).reshape(b, h * groups, s, e)
+
+
+def _sum_heads(grad, t):
+    """The gradient of :func:`_repeat_heads`: each group's gradients summed."""
+    groups = grad.shape[1] // t.shape[1]
+    if groups == 1:
+        return grad
+    b, h, s, e = t.shape
+    return grad.reshape(b, h, groups, s, e).sum(2)
+
+
+def _attention_inputs(node: fx.Node) -> tuple:
+    """The tensor inputs of an attention (``q, k, v``) or its backward (``grad, q, k, v,
+    out, lse``), then its mask (``None`` if none)."""
+    count = 3 if node.target is ATTENTION else 6
+    return (*node.args[:count], node.kwargs.get("attn_mask"))
+
+
+def _attention_options(node: fx.Node) -> tuple[float, bool, float | None]:
+    """``dropout_p, is_causal, scale`` of an attention or its backward."""
+    schema = node.target._schema.arguments
+    values = {a.name: a.default_value for a in schema if a.has_default_value()}
+    values.update(zip((a.name for a in schema), node.args))
+    values.update(node.kwargs)
+    return values.get("dropout_p", 0.0), values.get("is_causal", False), values.get("scale")
+
+
+def count_booleans(gm: fx.GraphModule) -> None:
+    """Makes, in place, the cumulative sums of booleans in ``gm`` sums of their count type:
+    torch counts the booleans (Hugging Face's position ids from an attention mask), the
+    frontend would keep them boolean."""
+    graph = gm.graph
+    for node in list(graph.find_nodes(op="call_function", target=aten.cumsum.default)):
+        source = node.args[0]
+        if source.meta["val"].dtype == torch.bool:
+            with graph.inserting_before(node):
+                counts = node.meta["val"].dtype
+                node.replace_input_with(
+                    source, _call(graph, aten._to_copy.default, source, dtype=counts)
+                )
+    gm.recompile()
+
+
 def repeated_outputs(gm: fx.GraphModule) -> dict[int, int]:
     """Output position → the earlier position of the same value (itself or an alias)."""
     first: dict = {}
@@ -78,17 +257,36 @@ def repeated_outputs(gm: fx.GraphModule) -> dict[int, int]:
 
 
 def for_openvino(gm: fx.GraphModule) -> fx.GraphModule:
-    """A copy of ``gm`` the frontend converts: its layer norms written out, and each of
-    its outputs once (the runtime returns a repeated one as an alias of the first)."""
+    """A copy of ``gm`` the frontend converts: its layer norms, attentions and convolution
+    backwards written out, its cumulative sums of booleans counted,
+    and each of its outputs once (the runtime returns a repeated one as an alias of the first)."""
     graph = fx.Graph()
     outputs = tree_leaves(graph.graph_copy(gm.graph, {}))
     repeats = repeated_outputs(gm)
     graph.output(tuple(v for p, v in enumerate(outputs) if p not in repeats))
     copy = fx.GraphModule(gm, graph)
     expand_layer_norms(copy)
+    expand_attention(copy)
+    expand_convolution_backward(copy)
+    count_booleans(copy)
     copy.graph.eliminate_dead_code()
     copy.recompile()
     return copy
+
+
+def _inline(node: fx.Node, fn, inputs: list[fx.Node]) -> None:
+    """Replaces ``node`` (a multi-output op) by the aten ops of ``fn(*inputs)``, traced at
+    the inputs' values."""
+    traced = make_fx(fn, tracing_mode="fake")(*(i.meta["val"] for i in inputs))
+    graph = node.graph
+    with graph.inserting_before(node):
+        outputs = graph.graph_copy(
+            traced.graph, dict(zip(traced.graph.find_nodes(op="placeholder"), inputs))
+        )
+    for user in list(node.users):
+        user.replace_all_uses_with(outputs[user.args[1]])
+        graph.erase_node(user)
+    graph.erase_node(node)
 
 
 def _call(graph: fx.Graph, target, *args, **kwargs) -> fx.Node:

@@ -21,6 +21,7 @@ import torchkiln
 from torchkiln import logs
 from torchkiln_openvino import cache
 from torchkiln_openvino.compiler import channels_last, compile_aten_graph, convert, core
+from torchkiln_openvino.decompositions import batch_norm_training
 from torchkiln_openvino.runtime import OpenVINOGraph
 
 aten = torch.ops.aten
@@ -163,3 +164,49 @@ def test_channels_last_outputs_come_back_in_eagers_layout():
         out = graph(x, w)
         torch.testing.assert_close(out, list(fn(x, w)), **F32)
         assert all(t.is_contiguous() for t in out)
+
+
+def conv_bn(affine: bool = True):
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8, affine=affine),
+        nn.ReLU(),
+        nn.Conv2d(8, 4, 1),
+    )
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no-affine"])
+@pytest.mark.parametrize("offset", [0.0, 20.0], ids=["centred", "offset"])
+def test_training_batch_norm_matches_eager(affine, offset):
+    """Written as a per-channel scale and shift: outputs, gradients and running statistics
+    as eager's, also where the mean is large against the deviation."""
+    torch.manual_seed(0)
+    model = conv_bn(affine)
+    twin = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend="openvino")
+    for _ in range(2):
+        x = torch.randn(4, 3, 8, 8) + offset
+        y, expected = compiled(x), twin(x)
+        torch.testing.assert_close(y, expected, **F32)
+        y.square().mean().backward()
+        expected.square().mean().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **F32)
+    torch.testing.assert_close(list(model.buffers()), list(twin.buffers()), **F32)
+
+
+def test_training_batch_norm_is_one_scale_and_shift():
+    """No op of the decomposed norm multiplies the whole tensor by the deviation apart."""
+    x, w, b = torch.randn(2, 4, 3, 3), torch.randn(4), torch.randn(4)
+    mean, var = torch.zeros(4), torch.ones(4)
+    gm = make_fx(lambda *args: batch_norm_training(*args, True, 0.1, 1e-5))(x, w, b, mean, var)
+    full = [
+        n.target
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and isinstance(n.meta.get("val"), torch.Tensor)
+        and n.meta["val"].shape == x.shape
+    ]
+    assert full == [aten.mul.Tensor, aten.add.Tensor]
+    expected = aten._native_batch_norm_legit_functional.default(x, w, b, mean, var, True, 0.1, 1e-5)
+    torch.testing.assert_close(list(gm(x, w, b, mean, var)), list(expected), **F32)

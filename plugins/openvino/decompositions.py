@@ -1,0 +1,65 @@
+"""The openvino backend's own decompositions, written for what OpenVINO's CPU plugin runs fast.
+
+:func:`batch_norm_training`: torch's decomposition of the training batch norm computes
+``(x - mean) * rstd * weight + bias`` on the whole tensor, ``rstd`` and the weight
+broadcast from ``[1, C, 1, 1]``. OpenVINO runs those ops as one planar kernel, and
+reorders every convolution output (NHWC inside OpenVINO) to NCHW for it with its slow
+reference reorder: 0.5 ms each for convnet's 8x16x32x32 activations, a third of its
+forward. Folded into a per-channel scale and shift (``x * scale + shift``, both computed
+on ``[C]``), the norm is one per-channel multiply-add that OpenVINO runs in the
+convolution's own layout: convnet's forward went from 12.4 to 8.7 ms.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._decomp import get_decompositions
+
+aten = torch.ops.aten
+
+#: torch's own decomposition, for what :func:`batch_norm_training` leaves to it
+_TORCH_BATCH_NORM = get_decompositions([aten._native_batch_norm_legit_functional])[
+    aten._native_batch_norm_legit_functional.default
+]
+
+
+def batch_norm_training(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, ...]:
+    """``_native_batch_norm_legit_functional`` as a per-channel scale and shift (float32 and
+    float64 training norms; torch's decomposition otherwise: it computes the statistics of
+    lower precisions in float32).
+
+    The output is ``x * (rstd * weight) + (bias - mean * rstd * weight)``: it differs from
+    torch's ``(x - mean) * rstd * weight + bias`` by rounding only (relative to the mean's
+    magnitude, not the deviation's: ~1e-7 of ``mean / std`` in float32).
+    """
+    if not training or input.dtype not in (torch.float32, torch.float64):
+        return _TORCH_BATCH_NORM(
+            input, weight, bias, running_mean, running_var, training, momentum, eps
+        )
+    dims = [0, *range(2, input.dim())]
+    var, mean = torch.var_mean(input, dim=dims, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    save_mean, save_rstd = torch.squeeze(mean, dims), torch.squeeze(rstd, dims)
+    scale = save_rstd if weight is None else save_rstd * weight
+    shift = -save_mean * scale if bias is None else bias - save_mean * scale
+    per_channel = [1, -1] + [1] * (input.dim() - 2)
+    output = input * scale.reshape(per_channel) + shift.reshape(per_channel)
+    n = input.numel() / input.shape[1]
+    unbiased_var = torch.squeeze(var, dims) * (n / (n - 1))
+    new_running_mean = momentum * save_mean + (1 - momentum) * running_mean
+    new_running_var = momentum * unbiased_var + (1 - momentum) * running_var
+    return output, save_mean, save_rstd, new_running_mean, new_running_var
+
+
+def table() -> dict:
+    """The decompositions above, by the overload each replaces."""
+    return {aten._native_batch_norm_legit_functional.default: batch_norm_training}
