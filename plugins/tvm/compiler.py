@@ -4,8 +4,8 @@
 partition: the graph becomes a Relax function (a ``BlockBuilder`` function with one
 dataflow block, ``get_attr`` constants as ``relax.const``, each node through
 :data:`torchkiln_tvm.converters.CONVERTERS`), ``tvm.compile`` builds it for the target
-(``llvm`` with the host's ``-mcpu``; ``cuda``, whose default pipeline applies dlight's GPU
-schedules), and :class:`~torchkiln_tvm.runtime.TVMGraph` runs it in a
+(``llvm`` with the host's ``-mcpu``, its kernels given a default schedule or tuned ones;
+``cuda``, whose default pipeline applies dlight's GPU schedules), and :class:`~torchkiln_tvm.runtime.TVMGraph` runs it in a
 ``relax.VirtualMachine``.
 """
 
@@ -22,8 +22,8 @@ from torch.utils._pytree import tree_leaves
 import tvm
 from torchkiln import logs
 from torchkiln.aot import core_aten_table, keep_whole
-from torchkiln.exc import KilnError
-from torchkiln_tvm import targets
+from torchkiln.exc import InvalidOptionError, KilnError
+from torchkiln_tvm import schedule, targets, tuning
 from torchkiln_tvm.converters import (
     CONSTANT_OPS,
     CONVERTERS,
@@ -72,11 +72,14 @@ def compile_aten_graph(
     cache_dir: str | None = None,
     tuning_trials: int = 0,
     tuning_time_budget_s: float | None = None,
+    default_schedule: bool = True,
 ) -> Callable:
     """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``.
 
-    ``cache_dir``, ``tuning_trials`` and ``tuning_time_budget_s`` are declared not
-    implemented (``torchkiln_tvm.plugin``): the core lets only their defaults through.
+    On CPU, ``tuning_trials > 0`` builds the kernels with MetaSchedule's schedules
+    (:mod:`torchkiln_tvm.tuning`, records in ``cache_dir``, at most
+    ``tuning_time_budget_s`` seconds of tuning a graph), and ``default_schedule`` the
+    others with a fixed loop order and vectorization (:mod:`torchkiln_tvm.schedule`).
     """
     device = graph_device(gm)
     tvm_target = targets.resolve(target, device)
@@ -84,7 +87,22 @@ def compile_aten_graph(
     if logs.enabled("output_code"):
         logs.artifact("output_code", "tvm relax module:\n%s", mod.script())
     with tvm.transform.PassContext(opt_level=opt_level):
-        executable = tvm.compile(mod, target=tvm_target)
+        if tvm_target.kind.name == "llvm":
+            database = None
+            if tuning_trials:
+                database, tvm_target = tuning.tuned_records(
+                    mod,
+                    tvm_target,
+                    trials=tuning_trials,
+                    time_budget_s=tuning_time_budget_s,
+                    cache_dir=cache_dir,
+                )
+            pipeline = schedule.cpu_pipeline(
+                tvm_target, database=database, default_schedule=default_schedule
+            )
+            executable = tvm.compile(mod, target=tvm_target, relax_pipeline=pipeline)
+        else:
+            executable = tvm.compile(mod, target=tvm_target)
     return TVMGraph(executable, device, output_values(gm), copies)
 
 
@@ -173,6 +191,24 @@ def check_shapes(mod: tvm.IRModule, outputs: list[fx.Node], gm: fx.GraphModule) 
 
 def check_options(options: Mapping[str, Any]) -> None:
     """What the option schema can't check, before any partition is compiled (whose
-    errors send it to the next backend): that the target runs here."""
+    errors send it to the next backend): that the target runs here, that tuning can, and
+    that no tuning option is given without ``tuning_trials`` (it would do nothing)."""
+    tvm_target = None
     if options.get("target") is not None:
-        targets.resolve(options["target"], None)
+        tvm_target = targets.resolve(options["target"], None)
+    if not options.get("tuning_trials"):
+        given = [
+            name for name in ("tuning_time_budget_s", "cache_dir") if options.get(name) is not None
+        ]
+        if given:
+            raise InvalidOptionError(
+                f"option {given[0]!r} of backend 'tvm' only applies to MetaSchedule tuning: "
+                "pass tuning_trials > 0 with it (or mode='max-autotune')"
+            )
+        return
+    tuning.check_usable()
+    if tvm_target is not None and tvm_target.kind.name != "llvm":
+        raise InvalidOptionError(
+            f"the tvm backend tunes CPU ('llvm') kernels only, not {tvm_target.kind.name!r}: "
+            "pass tuning_trials=0 with this target"
+        )

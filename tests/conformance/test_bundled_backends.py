@@ -15,10 +15,7 @@ KNOWN_FAILURES = {
     "inductor": {},
     "onnxrt": {},
     "openvino": {},
-    "tvm": {
-        "modes/max-autotune": "tvm declares the mode, but its MetaSchedule tuning options "
-        "are not built (NotImplementedYet): TuneContext crashes in apache-tvm 0.27.0.post1",
-    },
+    "tvm": {},
 }
 
 

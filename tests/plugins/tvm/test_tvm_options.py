@@ -9,7 +9,7 @@ import torch
 
 import torchkiln
 from tests.plugins.tvm.tvm_checks import assert_all_in_tvm, partition_log
-from torchkiln.exc import BackendCompilerFailed, BackendUnavailable, NotImplementedYet
+from torchkiln.exc import BackendCompilerFailed, BackendUnavailable
 from torchkiln.registry import ensure_usable, lookup_backend
 
 
@@ -25,6 +25,7 @@ def test_tvm_is_listed_experimental_with_its_options():
     assert set(record.option_schema()) == {
         "target",
         "opt_level",
+        "default_schedule",
         "cache_dir",
         "tuning_trials",
         "tuning_time_budget_s",
@@ -68,14 +69,19 @@ def test_cuda_without_a_gpu_says_why():
         compiled(torch.randn(4, 8), torch.randn(8, 3))
 
 
-@pytest.mark.parametrize(
-    "options", [{"tuning_trials": 8}, {"tuning_time_budget_s": 10}, {"cache_dir": "/tmp/x"}]
-)
-def test_tuning_options_are_refused_until_built(options):
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        torchkiln.compile(fn, backend="tvm", options=options)
+@pytest.mark.parametrize("default_schedule", [True, False])
+def test_default_schedule_schedules_the_cpu_kernels(default_schedule, monkeypatch, tmp_path):
+    pytest.importorskip("tvm", reason="needs apache-tvm: pip install 'torchkiln[tvm]'")
+    from torchkiln_tvm import schedule
 
-
-def test_max_autotune_is_refused_until_built():
-    with pytest.raises(NotImplementedYet, match="tuning_trials"):
-        torchkiln.compile(fn, backend="tvm", mode="max-autotune")
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))  # build, don't load the plan
+    scheduled = []
+    apply = schedule.LoopOrder.apply
+    monkeypatch.setattr(
+        schedule.LoopOrder, "apply", lambda *a: scheduled.append(apply(*a)) or scheduled[-1]
+    )
+    options = {"default_schedule": default_schedule}
+    compiled = torchkiln.compile(fn, backend="tvm", options=options)
+    x, w = torch.randn(16, 32), torch.randn(32, 8)
+    torch.testing.assert_close(compiled(x, w), fn(x, w))
+    assert any(s is not None for s in scheduled) == default_schedule
