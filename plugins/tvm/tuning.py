@@ -167,12 +167,13 @@ def tune(
     """Tune ``tasks`` into ``database``, within ``trials`` candidates and ``time_budget_s``.
 
     Rounds of one kernel: each kernel once (its default schedule measured, then
-    :data:`FIRST_ROUND_TRIALS` candidates), the most floating-point work first, then always the kernel where the graph's time goes
-    (its weight times its best time so far; :data:`TRIALS_PER_ROUND` candidates). Each
-    round is a ``tune_tasks`` call of its own, since MetaSchedule commits records only when
-    its loop ends, and the next round's evolutionary search starts from the database's
-    best. Kernels the budget does not reach get no record, so a later process tunes them. A kernel whose search finds no
-    new candidate, or that did not get 3% faster in :data:`PATIENCE` rounds, is done. The
+    :data:`FIRST_ROUND_TRIALS` candidates), the most floating-point work first, then
+    always the kernel where the graph's time goes (its weight times its best time so far;
+    :data:`TRIALS_PER_ROUND` candidates). Each round is a ``tune_tasks`` call of its own,
+    since MetaSchedule commits records only when its loop ends, and the next round's
+    evolutionary search starts from the database's best. A kernel whose search finds no
+    new candidate, or that did not get 3% faster in :data:`PATIENCE` rounds, is done.
+    Kernels the budget does not reach get no record, so a later process tunes them. The
     deadline is checked before each round (no round starts that its search alone would
     take past it) and by the runner before each candidate (:mod:`torchkiln_tvm.measure`).
     """
