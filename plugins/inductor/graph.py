@@ -194,8 +194,9 @@ class GraphLowering(Interpreter):
             users = len(n.users)
             if out.cost > MAX_INLINE_COST or (users > 1 and out.cost >= REUSE_COST):
                 out = self.realize(out)
-        for buf in self.ir.buffers[first_new:]:  # what kernel names and profiles show
-            buf.origin = _op_name(n)
+        origin = _op_name(n)  # what kernel names and profiles show
+        for buf in self.ir.buffers[first_new:]:
+            buf.origin = origin
         return out
 
     def placeholder(self, target, args, kwargs) -> Any:
@@ -443,10 +444,11 @@ def _saved_inputs(gm: GraphModule, num_user_outputs: int | None) -> set[Node]:
 def _op_name(node: Node) -> str:
     """A short name of the op ``node`` calls: ``convolution_backward`` for its overload;
     nothing for placeholders and outputs."""
+    if node.op != "call_function":
+        return ""
     target = node.target
     packet = getattr(target, "overloadpacket", None)
-    name = getattr(packet or target, "__name__", None) or str(target)
-    return name.strip("_") if node.op == "call_function" else ""
+    return (getattr(packet or target, "__name__", None) or str(target)).strip("_")
 
 
 def channels_last_layout(size, dtype: torch.dtype, device: torch.device) -> Layout:
