@@ -50,6 +50,7 @@ The convention every compiler gets, forward, backward and inference alike:
   it instead, with a list nobody else holds: it may empty the list and drop each
   saved value after its last use, so that the backward's peak memory is eager's
   (saved activations freed as the backward goes) rather than all of them at once.
+  ``run_boxed`` is a compiler that runs fx graphs as they are, boxed.
 * Graphs are traced with static shapes; random ops are neither decomposed by
   the default table nor recomputed, so a fixed seed gives eager's numbers.
 
@@ -84,6 +85,7 @@ inference graphs.
 """
 
 from torchkiln.aot.api import aot_autograd
+from torchkiln.aot.boxed import BoxedGraph, run_boxed
 from torchkiln.aot.cache import ArtifactCodec
 from torchkiln.aot.decompositions import (
     KEEP_WHOLE,
@@ -96,11 +98,13 @@ from torchkiln.aot.partition import min_cut_partition, partition_with_saved, sim
 __all__ = [
     "KEEP_WHOLE",
     "ArtifactCodec",
+    "BoxedGraph",
     "aot_autograd",
     "core_aten_table",
     "default_decompositions",
     "keep_whole",
     "min_cut_partition",
     "partition_with_saved",
+    "run_boxed",
     "simple_partition",
 ]

@@ -15,24 +15,19 @@ import torch.fx as fx
 from torchkiln.plugin import Backend, hookimpl
 
 
-def run_as_is(gm: fx.GraphModule, example_inputs: list) -> Callable:
-    """A graph compiler that compiles nothing: the GraphModule runs itself."""
-    return gm.forward
-
-
 def aot_eager(gm: fx.GraphModule, example_inputs: list) -> Callable:
     """AOT autograd with the simple partitioner and no decompositions."""
-    from torchkiln.aot import aot_autograd, simple_partition
+    from torchkiln.aot import aot_autograd, run_boxed, simple_partition
 
-    return aot_autograd(fw_compiler=run_as_is, partition_fn=simple_partition)(gm, example_inputs)
+    return aot_autograd(fw_compiler=run_boxed, partition_fn=simple_partition)(gm, example_inputs)
 
 
 def aot_eager_decomp_partition(gm: fx.GraphModule, example_inputs: list) -> Callable:
     """AOT autograd with the default decompositions and the min-cut partitioner."""
-    from torchkiln.aot import aot_autograd, default_decompositions, min_cut_partition
+    from torchkiln.aot import aot_autograd, default_decompositions, min_cut_partition, run_boxed
 
     return aot_autograd(
-        fw_compiler=run_as_is,
+        fw_compiler=run_boxed,
         decompositions=default_decompositions(),
         partition_fn=min_cut_partition,
     )(gm, example_inputs)

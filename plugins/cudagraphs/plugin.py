@@ -13,16 +13,12 @@ from collections.abc import Callable
 from torchkiln.plugin import Backend, Option, RuntimeWrapper, hookimpl
 
 
-def run_as_is(gm, example_inputs) -> Callable:
-    """The graph compiler of the backend: the AOT graphs run as they are, then are recorded."""
-    return gm.forward
-
-
 def compile_graph(gm, example_inputs) -> Callable:
-    """The cudagraphs backend: forward and backward graphs, each recorded and replayed."""
-    from torchkiln.aot import aot_autograd
+    """The cudagraphs backend: forward and backward graphs run as they are (boxed: a
+    backward frees each saved value after its last use), each recorded and replayed."""
+    from torchkiln.aot import aot_autograd, run_boxed
 
-    return aot_autograd(fw_compiler=run_as_is)(gm, example_inputs)
+    return aot_autograd(fw_compiler=run_boxed)(gm, example_inputs)
 
 
 def make_wrapper() -> Callable:
