@@ -71,18 +71,46 @@ def step_times_ms(
     deadline = time.perf_counter() + budget_s
     times: list[float] = []
     while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
+        times.append(one_step_ms(step, device))
     return times
+
+
+def paired_step_times_ms(
+    step: Callable[[], Any],
+    baseline: Callable[[], Any],
+    device: torch.device,
+    reps: int,
+    budget_s: float,
+) -> tuple[list[float], list[float]]:
+    """Per-step times in ms of ``step`` and ``baseline``, taken alternately: (step's, baseline's).
+
+    Each round times one step of each, the order flipping every round, so that
+    the host's load drifting over the rounds slows both alike and neither
+    always runs right after the other. Up to ``reps`` rounds, stopping early
+    (after at least 3) once ``budget_s`` is spent; both must be warm already.
+    """
+    deadline = time.perf_counter() + budget_s
+    times: list[float] = []
+    baseline_times: list[float] = []
+    while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
+        both = [(step, times), (baseline, baseline_times)]
+        for fn, into in both if len(times) % 2 == 0 else both[::-1]:
+            into.append(one_step_ms(fn, device))
+    return times, baseline_times
+
+
+def one_step_ms(step: Callable[[], Any], device: torch.device) -> float:
+    """One step's time in ms: CUDA events around it, then synchronized; wall time on CPU."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    step()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def median(values: list[float]) -> float:

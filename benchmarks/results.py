@@ -13,7 +13,17 @@ OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 
 @dataclass
 class Row:
-    """One model x case x variant. Times in ms (steps) and s (compiles); memory in MiB."""
+    """One model x case x variant. Times in ms (steps) and s (compiles); memory in MiB.
+
+    ``median_ms`` is the row's own steady state. A non-eager row then times its
+    steps alternately with a fresh eager copy of the model, one step each a
+    round (``paired_ms``, ``paired_eager_ms``: the two medians over
+    ``paired_reps`` rounds; ``paired_speedup``: the median over the rounds of
+    the eager step's time over the row's), unless ``--no-paired`` or its budget
+    ran out (``paired_error`` says why). ``speedup`` is the one the tables and
+    geomeans use: ``paired_speedup`` when the row has one, else
+    ``unpaired_speedup``, the eager row's own median over this row's.
+    """
 
     model: str
     case: str
@@ -24,6 +34,12 @@ class Row:
     median_ms: float | None = None
     reps: int = 0
     speedup: float | None = None
+    unpaired_speedup: float | None = None
+    paired_ms: float | None = None
+    paired_eager_ms: float | None = None
+    paired_speedup: float | None = None
+    paired_reps: int = 0
+    paired_error: str = ""
     cold_compile_s: float | None = None
     warm_compile_s: float | None = None
     warm_compile_error: str = ""

@@ -4,7 +4,13 @@ Phases, each named in the error when it fails: ``setup`` (eager's reference
 results when this worker has none yet, the model copied to the device),
 ``first step`` (wrap the model and run one step: lazy compilers compile
 here, and its wall time is the cold compile time), ``check`` (compare the
-first step's results with eager's), ``steady state`` (the timed steps).
+first step's results with eager's), ``steady state`` (the timed steps, then
+the peak memory), and for a non-eager row ``paired``: a fresh eager copy of
+the model is built and warmed, and the row and that copy are timed
+alternately (``measure.paired_step_times_ms``), so that the host's load
+drifting hits both alike. A row that fails in ``paired`` (its budget ran
+out) keeps its own numbers, with ``paired_error`` saying why it has no
+paired ones.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ import torch
 from benchmarks.bandwidth import tensor_bytes
 from benchmarks.caches import compiler_caches
 from benchmarks.cases import Workload, make_workload, max_abs_diff
-from benchmarks.measure import PeakMemory, median, step_times_ms, time_limit, timed_call
+from benchmarks.measure import (
+    PeakMemory,
+    median,
+    paired_step_times_ms,
+    step_times_ms,
+    time_limit,
+    timed_call,
+)
 from benchmarks.models import Built
 from benchmarks.results import FAILED, OK, Row
 from benchmarks.variants import EAGER, Variant
@@ -36,6 +49,8 @@ class Settings:
     reps: int
     step_budget_s: float
     cache_root: Path
+    #: Time each non-eager row in alternation with a fresh eager copy too.
+    paired: bool = True
 
 
 def on_device(built: Built, device: torch.device, dtype: torch.dtype) -> Built:
@@ -112,19 +127,44 @@ class RowRunner:
                     times = step_times_ms(
                         workload.step, s.device, s.warmup, s.reps, s.step_budget_s
                     )
-            row.median_ms, row.reps = median(times), len(times)
-            row.peak_mem_mb = memory.peak_mb()
-            row.achieved_gbps = _achieved_gbps(row, local)
-            row.status = OK
+                    row.median_ms, row.reps = median(times), len(times)
+                    row.peak_mem_mb = memory.peak_mb()
+                    row.achieved_gbps = _achieved_gbps(row, local)
+                    row.status = OK
+                    if s.paired and variant.label != EAGER:
+                        phase = "paired"
+                        self._time_paired(row, built, case, workload)
         except Exception as e:
-            row.status, row.error = FAILED, describe_error(phase, e)
-            row.error_detail = traceback.format_exc()[-2000:]
+            if phase == "paired":
+                row.paired_error = describe_error(phase, e)
+            else:
+                row.status, row.error = FAILED, describe_error(phase, e)
+                row.error_detail = traceback.format_exc()[-2000:]
         finally:
             local = workload = output = None
             gc.collect()
             if s.device.type == "cuda":
                 torch.cuda.empty_cache()
         return row
+
+    def _time_paired(self, row: Row, built: Built, case: str, workload: Workload) -> None:
+        """Time the row's warm ``workload`` and a fresh, warmed eager copy alternately.
+
+        The same reps and, for each of the two, the same step budget as the row's own
+        steady state. The eager copy has its own parameters and optimizer; it is freed
+        on return, and the row's ``finally`` collects it.
+        """
+        s = self.settings
+        local = on_device(built, s.device, s.dtype)
+        eager, _, _ = first_step(local, case, Variant(EAGER, EAGER), s.device)
+        for _ in range(s.warmup):
+            eager.step()
+        times, eager_times = paired_step_times_ms(
+            workload.step, eager.step, s.device, s.reps, 2 * s.step_budget_s
+        )
+        row.paired_ms, row.paired_eager_ms = median(times), median(eager_times)
+        row.paired_speedup = median([e / t for t, e in zip(times, eager_times)])
+        row.paired_reps = len(times)
 
     def _reference(
         self, model: str, built: Built, case: str, variant: Variant

@@ -7,10 +7,13 @@
 One worker process measures everything, in order: the per-call overhead of
 each variant (which also pays each compiler's one-time start-up, so that the
 first row's cold compile is not charged for importing inductor), the copy
-bandwidth, then every row. A second worker then measures warm compiles with
-the caches the rows left. This process only plans, supervises (a worker that
-crashes or hangs costs the item it was on, see ``supervise``), and reports;
-the JSON is rewritten after every row. See benchmarks/README.md.
+bandwidth, then every row (a non-eager row is timed alone, then alternately
+with a fresh eager copy of the model, and its speedup comes from those paired
+rounds: see ``rows``; ``--no-paired`` leaves them out). A second worker then
+measures warm compiles with the caches the rows left. This process only
+plans, supervises (a worker that crashes or hangs costs the item it was on,
+see ``supervise``), and reports; the JSON is rewritten after every row. See
+benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int)
     p.add_argument("--reps", type=int)
     p.add_argument("--no-warm", action="store_true", help="skip the warm-compile process")
+    p.add_argument("--no-paired", action="store_true", help="time each row alone only, not also "
+                   "alternately with a fresh eager copy: quicker, but each speedup then divides "
+                   "medians taken minutes apart")  # fmt: skip
     p.add_argument("--keep-caches", type=Path, help="use this cache root and keep it")
     p.add_argument(
         "--threads",
@@ -115,8 +121,8 @@ def schedule(
     model_names: list[str], cases: list[str], variants: list[Variant]
 ) -> list[tuple[str, str, Variant]]:
     """Row order: model by model and case by case, eager first, so that each row is timed
-    minutes at most from the eager row it is compared with (the load of a shared host
-    drifts); the CUDA-graph variants in a last pass over the models.
+    minutes at most from the eager row its unpaired speedup is over (the load of a shared
+    host drifts); the CUDA-graph variants in a last pass over the models.
 
     When the time budget runs out, what is skipped is the last models' rows.
     """
@@ -141,6 +147,7 @@ def worker_config(args: argparse.Namespace, cache_root: Path) -> dict[str, Any]:
         "warmup": default_warmup if args.warmup is None else args.warmup,
         "reps": default_reps if args.reps is None else args.reps,
         "step_budget_s": 1.5 if args.quick else 3.0,
+        "paired": not args.no_paired,
         "row_budget_s": args.row_budget or (90.0 if args.quick else 300.0),
         "cache_root": str(cache_root),
         "deadline": None,
@@ -164,11 +171,12 @@ def plan_items(
 
 
 def relate_to_eager(rows: list[Row]) -> None:
-    """Each row's speedup: eager's median over its own, for the same model and case."""
+    """Each row's speedups over eager for the same model and case: see ``Row``."""
     eager = {(r.model, r.case): r.median_ms for r in rows if r.variant == EAGER and r.status == OK}
     for r in rows:
-        base = eager.get((r.model, r.case))
-        r.speedup = base / r.median_ms if base and r.status == OK and r.median_ms else None
+        base, ok = eager.get((r.model, r.case)), r.status == OK
+        r.unpaired_speedup = base / r.median_ms if base and ok and r.median_ms else None
+        r.speedup = r.paired_speedup if ok and r.paired_speedup else r.unpaired_speedup
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "argv": sys.argv if argv is None else argv,
         "device": args.device, "size": config["size"], "dtype": f"torch.{config['dtype']}",
         "quick": args.quick, "warmup": config["warmup"], "reps": config["reps"],
+        "paired": config["paired"],
         "threads": config["threads"], "time_budget_s": budget, "machine": machine(args, config),
         "versions": package_versions(), "variants": [v.label for v in variants],
         "models": model_names, "cases": cases, "models_unavailable": unavailable,

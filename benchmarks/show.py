@@ -6,6 +6,10 @@ GPU run split over calls, e.g. by ``BENCH_MODELS``) print as one report: a
 row measured in a later file replaces the same model x case x variant of an
 earlier one unless the later one was skipped; the header and the per-call
 overhead come from the first file, and a line lists every run merged.
+Each row keeps the speedup its run stored: paired where the row was timed
+paired (its own eager copy, so it holds in a merged report too), else
+unpaired, over its own run's eager row (see ``results.Row``); runs from
+before paired timing print as unpaired.
 """
 
 from __future__ import annotations

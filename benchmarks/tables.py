@@ -47,15 +47,20 @@ def _others(variants: list[str]) -> list[str]:
 
 
 def speedup_table(rows: list[Row], variants: list[str]) -> str:
-    """Eager ms, then each variant's speedup over eager; geomean rows per case at the end."""
+    """Eager ms, then each variant's speedup over eager; geomean rows per case at the end.
+
+    A speedup is paired where the row has paired timing (``Row``); where some rows
+    have it and others not, the unpaired ones are marked ``*``.
+    """
     by_key = _by_key(rows)
+    mark = "*" if any(_is_paired(r) for r in rows) else ""
     body = []
     for model, case in _model_cases(rows):
         eager = by_key.get((model, case, EAGER))
         eager_cell = (
             fmt(eager.median_ms) if eager and eager.status == OK else _status_cell(eager, "")
         )
-        cells = [_speedup_cell(by_key.get((model, case, v))) for v in _others(variants)]
+        cells = [_speedup_cell(by_key.get((model, case, v)), mark) for v in _others(variants)]
         body.append([model, case, eager_cell, *cells])
     for case, per_variant in geomean_speedups(rows).items():
         cells = []
@@ -66,8 +71,32 @@ def speedup_table(rows: list[Row], variants: list[str]) -> str:
     return markdown_table(["model", "case", "eager ms", *_others(variants)], body)
 
 
-def _speedup_cell(row: Row | None) -> str:
-    return _status_cell(row, fmt(row.speedup, "x") if row else "")
+def speedup_note(rows: list[Row]) -> str:
+    """How the speedups above were computed: paired, unpaired, or both."""
+    compared = [r for r in rows if r.status == OK and r.variant != EAGER]
+    paired = sum(_is_paired(r) for r in compared)
+    how = (
+        "Paired speedups: each row timed its steps alternately with a fresh eager copy "
+        "of the model, one step of each a round, so that load drift hits both alike; "
+        "the speedup is the median over the rounds of the copy's step time over the row's"
+    )
+    unpaired = "the eager row's median (eager ms) over the row's own median"
+    if not paired:
+        return f"Unpaired speedups: {unpaired}."
+    if paired == len(compared):
+        return how + "; eager ms is the eager row's own median."
+    return f"{how}; `*`: no paired timing (see Details), {unpaired}."
+
+
+def _is_paired(row: Row) -> bool:
+    return row.paired_speedup is not None
+
+
+def _speedup_cell(row: Row | None, unpaired_mark: str) -> str:
+    if row is None:
+        return ""
+    mark = "" if _is_paired(row) else unpaired_mark
+    return _status_cell(row, fmt(row.speedup, "x") + mark)
 
 
 def compile_table(rows: list[Row], variants: list[str]) -> str:
@@ -85,17 +114,36 @@ def compile_table(rows: list[Row], variants: list[str]) -> str:
 
 
 def details_table(rows: list[Row]) -> str:
-    """Every row that ran: step time, memory, difference from eager, bandwidth."""
+    """Every row that ran: step times, both speedups, memory, difference from eager, bandwidth.
+
+    ``ms`` is the row's own median; ``paired ms / eager`` the row's and the eager copy's
+    medians in the paired rounds (and their number); ``speedup`` the one the tables use,
+    ``unpaired`` the eager row's median over ``ms``. Rows without paired timing are listed
+    below the table, with the reason.
+    """
     body = [
         [
-            r.model, r.case, r.variant, fmt(r.median_ms), str(r.reps), fmt(r.speedup, "x"),
-            fmt(r.peak_mem_mb), fmt(r.max_abs_diff, digits=2), fmt(r.achieved_gbps),
+            r.model, r.case, r.variant, fmt(r.median_ms), str(r.reps), _paired_cell(r),
+            fmt(r.speedup, "x"), fmt(r.unpaired_speedup, "x"), fmt(r.peak_mem_mb),
+            fmt(r.max_abs_diff, digits=2), fmt(r.achieved_gbps),
         ]
         for r in rows
         if r.status == OK
     ]  # fmt: skip
-    header = ["model", "case", "variant", "ms", "reps", "speedup", "peak MiB", "max|diff|", "GB/s"]
-    return markdown_table(header, body)
+    header = ["model", "case", "variant", "ms", "reps", "paired ms / eager", "speedup",
+              "unpaired", "peak MiB", "max|diff|", "GB/s"]  # fmt: skip
+    missing = [f"- {r.model}/{r.case} {r.variant}: {r.paired_error}" for r in rows
+               if r.status == OK and r.paired_error]  # fmt: skip
+    if not missing:
+        return markdown_table(header, body)
+    notes = "\n".join(["No paired timing (the speedup is unpaired):", *missing])
+    return markdown_table(header, body) + "\n\n" + notes
+
+
+def _paired_cell(row: Row) -> str:
+    if not _is_paired(row):
+        return "-"
+    return f"{fmt(row.paired_ms)} / {fmt(row.paired_eager_ms)} ({row.paired_reps})"
 
 
 def failures_table(rows: list[Row]) -> str:
@@ -162,7 +210,10 @@ def render(meta: dict[str, Any], rows: list[Row], extra: dict[str, Any]) -> str:
         unusable = "; ".join(f"{k}: {v}" for k, v in meta["kiln_backends_unusable"].items())
         lines.append(f"torchkiln backends not usable here: {unusable}")
     sections = [
-        ("Speedup over eager (geomean: rows that ran / all)", speedup_table(rows, variants)),
+        (
+            "Speedup over eager (geomean: rows that ran / all)",
+            speedup_table(rows, variants) + "\n\n" + speedup_note(rows),
+        ),
         ("Compile time, cold / warm (s, first call incl. one step)", compile_table(rows, variants)),
         ("Details", details_table(rows)),
         ("Per-call overhead", overhead_table(extra["overhead_us"])),

@@ -62,6 +62,7 @@ class Worker:
             reps=config["reps"],
             step_budget_s=config["step_budget_s"],
             cache_root=Path(config["cache_root"]),
+            paired=config.get("paired", True),
         )
         self.rows = RowRunner(self.settings)
         self.models: dict[str, Built | str] = {}
@@ -164,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
 def _describe(item: dict[str, Any], result: dict[str, Any]) -> str:
     what = " ".join(str(item[k]) for k in ("kind", "model", "case", "variant") if k in item)
     if item["kind"] == "row":
-        ms = result.get("median_ms")
+        ms, paired = result.get("median_ms"), result.get("paired_speedup")
         timing = f"{ms:.3g} ms" if ms else ""
-        return f"{what}: {result['status']} {timing} {result['error']}"
+        if paired:
+            timing += f", paired: {result['paired_ms']:.3g} ms, {paired:.3g}x eager"
+        return f"{what}: {result['status']} {timing} {result['error'] or result['paired_error']}"
     return f"{what}: {result}"
 
 

@@ -1,4 +1,4 @@
-"""The benchmark harness still runs: one tiny model, eager rows only, valid JSON out.
+"""The benchmark harness still runs: one tiny model, eager and torchkiln's eager, valid JSON out.
 
 Benchmarks are not tests; this only keeps the harness from rotting. It
 times nothing and asserts no speed.
@@ -15,6 +15,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MISSING_BACKEND = "kiln:no_such_backend"
+COMPILED = "kiln:eager"
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def harness_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "out.json"
     cmd = [
         sys.executable, "-m", "benchmarks.run", "--device", "cpu", "--size", "tiny",
-        "--quick", "--no-warm", "--models", "mlp", "--backends", f"eager,{MISSING_BACKEND}",
+        "--quick", "--no-warm", "--models", "mlp", "--backends", f"eager,{COMPILED},{MISSING_BACKEND}",
         "--reps", "3", "--warmup", "0", "--json", str(out),
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -52,7 +53,18 @@ def test_json_has_overhead_and_geomeans(harness_run: tuple[dict, str]) -> None:
     document, _ = harness_run
     assert document["overhead_us"]["eager"]["ok"]
     assert set(document["geomean_speedup"]) == {"inference", "training"}
-    assert document["meta"]["variants"] == ["eager", MISSING_BACKEND]
+    assert document["meta"]["variants"] == ["eager", COMPILED, MISSING_BACKEND]
+
+
+def test_compiled_rows_are_timed_paired_with_eager(harness_run: tuple[dict, str]) -> None:
+    document, stdout = harness_run
+    rows = _rows(document, COMPILED)
+    assert len(rows) == 2 and document["meta"]["paired"]
+    for r in rows:
+        assert r["status"] == "ok" and r["paired_reps"] == 3 and r["paired_eager_ms"] > 0
+        assert r["speedup"] == r["paired_speedup"] and r["unpaired_speedup"] > 0
+    assert all(r["paired_speedup"] is None for r in _rows(document, "eager"))
+    assert "Paired speedups" in stdout
 
 
 def test_table_is_printed(harness_run: tuple[dict, str]) -> None:
