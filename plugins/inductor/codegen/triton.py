@@ -16,7 +16,8 @@ their index variable, so a value one computes and a later one reads (the plan's
 ``local`` buffers: softmax's exponentials, layer norm's centred values) stays in
 registers instead of a round trip through memory. Index math
 is the plan's index expressions over those two variables (``//`` and ``%``
-unflatten them), masked by ``xindex < xnumel`` and ``rindex < rnumel``.
+unflatten them), masked by ``xindex < xnumel`` and ``rindex < rnumel`` (``kiln_mask``:
+all true, and folded away, where the block divides the extent).
 Values are computed in float32 for float16/bfloat16 storage; welford keeps
 (mean, m2, weight) per lane and merges the lanes with sums (Chan's formula).
 
@@ -113,6 +114,29 @@ def kiln_maximum(a, b):
 @triton.jit
 def kiln_minimum(a, b):
     return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def kiln_reduce_max(a, b):
+    """A max reduction's combine, NaN kept: one ``max.NaN`` on sm_80+ where kiln_maximum's
+    compares and select take four (between -0.0 and +0.0, eager's pick depends on order)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def kiln_reduce_min(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def kiln_mask(index, numel: tl.constexpr, BLOCK: tl.constexpr):
+    """``index < numel``; all true, a constant, where blocks of ``BLOCK`` tile ``numel``
+    exactly (decided at compile time, per launch's block size): Triton then drops the
+    masks of loads, stores and selects."""
+    if numel % BLOCK == 0:
+        return tl.full(index.shape, True, tl.int1)
+    else:
+        return index < numel
 
 
 @triton.jit
@@ -572,8 +596,8 @@ def _identity(rtype: str, dtype: torch.dtype) -> Any:
 _COMBINE = {
     "sum": "{a} + {b}",
     "prod": "{a} * {b}",
-    "max": "kiln_maximum({a}, {b})",
-    "min": "kiln_minimum({a}, {b})",
+    "max": "kiln_reduce_max({a}, {b})",
+    "min": "kiln_reduce_min({a}, {b})",
     "any": "{a} | {b}",
     "all": "{a} & {b}",
 }
@@ -625,6 +649,14 @@ class TritonKernel:
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
+    def _mask(self, mask: str, index: str, numel: int, block: str) -> None:
+        """``mask = index < numel``, through ``kiln_mask``: a constant where ``block`` (a
+        constexpr the autotuner varies with the same source) divides ``numel``."""
+        if numel == 0:  # 0 % BLOCK == 0, but no index is in range
+            self.line(f"{mask} = {index} < 0")
+        else:
+            self.line(f"{mask} = kiln_mask({index}, {numel}, {block})")
+
     def param(self, name: str, written: bool) -> str:
         if name not in self.params:
             self.params[name] = (f"{'out' if written else 'in'}_{name}", written)
@@ -656,7 +688,7 @@ class TritonKernel:
         wide = self._max_numel() >= 2**31
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
-        self.line(f"xmask = xindex < {xnumel}")
+        self._mask("xmask", "xindex", xnumel, "XBLOCK")
         outer_vars = unflatten(Expr.of(Var("xindex", xnumel)), self.plan.kernel.outer)
         for k, seg in enumerate(self.plan.segments):
             self._segment(k, seg, outer_vars)
@@ -745,16 +777,16 @@ class TritonKernel:
         if not looped:
             if not defined:  # else an earlier persistent segment defined it at this level
                 self.line(f"{rname} = tl.arange(0, RBLOCK{k})[None, :]")
-                self.line(f"{rname}mask = {rname} < {rnumel}")
+                self._mask(f"{rname}mask", rname, rnumel, f"RBLOCK{k}")
             handler = TritonOpsHandler(self, tile)
             accs = self._nodes(seg, handler, outer_vars, inner_vars)
             for acc in accs:
-                self._persistent(acc, tile)
+                self._persistent(acc, tile, rnumel)
         else:
             loop_lines, self.lines = self.lines, []
             self.depth += 1
             self.line(f"{rname} = r{k}offset + tl.arange(0, RBLOCK{k})[None, :]")
-            self.line(f"{rname}mask = {rname} < {rnumel}")
+            self._mask(f"{rname}mask", rname, rnumel, f"RBLOCK{k}")
             handler = TritonOpsHandler(self, tile)
             accs = self._nodes(seg, handler, outer_vars, inner_vars)
             for acc in accs:
@@ -834,14 +866,15 @@ class TritonKernel:
     def _acc_dtype(acc: _Accumulator) -> torch.dtype:
         return torch.int32 if acc.rtype in ("any", "all") else acc.value.dtype
 
-    def _persistent(self, acc: _Accumulator, tile: _Tile) -> None:
+    def _persistent(self, acc: _Accumulator, tile: _Tile, rnumel: int) -> None:
         """A tile holding whole rows: reduce it along r at once."""
         m = f"xmask & {tile.rindex}mask"
         v = self._masked_value(acc, tile)
         n = acc.names
         if acc.rtype == "welford":
-            self.line(f"{n[2]} = tl.sum(({m}).to(tl.float32), 1)[:, None]")
-            self.line(f"{n[0]} = tl.sum({v}, 1)[:, None] / tl.maximum({n[2]}, 1.0)")
+            # each row counts ``rnumel`` elements, rows past xnumel too (never stored)
+            self.line(f"{n[2]} = tl.full([{tile.xblock}, 1], {float(rnumel)}, tl.float32)")
+            self.line(f"{n[0]} = tl.sum({v}, 1)[:, None] / {float(max(rnumel, 1))}")
             self.line(f"{n[1]} = tl.where({m}, {acc.value} - {n[0]}, 0.0)")
             self.line(f"{n[1]} = tl.sum({n[1]} * {n[1]}, 1)[:, None]")
         elif acc.rtype in ("argmax", "argmin", "max", "min"):
@@ -915,14 +948,14 @@ class TritonKernel:
     @staticmethod
     def _extreme(acc: _Accumulator, lanes: str) -> str:
         """The row maximum (minimum) of ``lanes``: NaN where the row holds one, as in eager
-        (``tl.max`` alone may skip NaN)."""
-        fn = "tl.max" if acc.rtype in ("max", "argmax") else "tl.min"
+        (``tl.max`` may skip NaN), in one reduction whose combine keeps NaN."""
+        maximum = acc.rtype in ("max", "argmax")
+        fn = "tl.max" if maximum else "tl.min"
         if acc.value.dtype == torch.bool:
             return f"({fn}({lanes}.to(tl.int32), 1) != 0)"
         if not _floating(acc.value.dtype):
             return f"{fn}({lanes}, 1)"
-        nan = f"tl.max(({lanes} != {lanes}).to(tl.int32), 1) != 0"
-        return f'tl.where({nan}, float("nan"), {fn}({lanes}, 1))'
+        return f"tl.reduce({lanes}, 1, {'kiln_reduce_max' if maximum else 'kiln_reduce_min'})"
 
     def _pick_position(self, acc: _Accumulator, lanes: str, positions: str, valid: str) -> None:
         """The first position whose value is the extreme (NaN counts as the extreme)."""
