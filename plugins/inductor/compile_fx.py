@@ -22,7 +22,12 @@ from torch.utils import _pytree as pytree
 from torchkiln import logs
 
 from . import trace
-from .autotune.tuner import TuningSettings, cpp_gemm_not_templated, cpp_not_tuned
+from .autotune.tuner import (
+    LIGHT_TUNING,
+    TuningSettings,
+    cpp_gemm_not_templated,
+    cpp_not_tuned,
+)
 from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
 from .codegen.triton import TritonModule, generate_triton
 from .codegen.triton_templates import add_gemm_templates
@@ -177,7 +182,8 @@ def generate(
     timings["schedule"] = time.perf_counter() - t0 - timings["lower"]
     if caps.name == "triton":
         tuning = TuningSettings(options.autotune_max_trials, options.autotune_time_budget_s)
-        module, launches = generate_triton(plans, graph, tuning if options.max_autotune else None)
+        light = LIGHT_TUNING if options.autotune_light else None
+        module, launches = generate_triton(plans, graph, tuning if options.max_autotune else light)
         if options.max_autotune or options.max_autotune_gemm:
             templates = plan_templates(schedule, plans, output_names)
             module, launches = add_gemm_templates(module, launches, templates, graph, tuning)

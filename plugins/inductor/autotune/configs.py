@@ -7,7 +7,8 @@ looping kernels ``num_stages`` (software pipelining of the loop; Triton's defaul
 otherwise). Each block size goes from a quarter to four times the heuristic's, warps from
 half to twice the rule of thumb for the tile (``num_warps_for``); candidates are ordered by
 how far they stray (the sum of log2 ratios), the heuristic first, so that
-``autotune.max_trials`` keeps the nearest.
+``autotune.max_trials`` keeps the nearest. The default mode's light tuning tries only
+:func:`light_candidates`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class TritonConfig:
     def grid(self, xnumel: int) -> tuple[int]:
         return (-(-xnumel // dict(self.meta)["XBLOCK"]),)
 
+    def launch(self, xnumel: int) -> tuple:
+        """``(grid, meta, num_warps, num_stages)``, as ``launcher_for`` and ``compile_job``
+        take them after the kernel."""
+        return self.grid(xnumel), dict(self.meta), self.num_warps, self.num_stages
+
 
 def heuristic(launch: KernelLaunch) -> TritonConfig:
     """The generator's own choice."""
@@ -77,6 +83,23 @@ def candidates(launch: KernelLaunch) -> list[TritonConfig]:
     scored.sort(key=lambda item: item[:2])
     first = heuristic(launch)
     return [first, *(c for _, _, c in scored if c != first)]
+
+
+def light_candidates(launch: KernelLaunch) -> list[TritonConfig]:
+    """The heuristic, then the same with ``num_warps``, each looping ``RBLOCK`` or ``XBLOCK``
+    halved alone: in a tuning log of ResNet-18 and GPT-2 training on an H200 (12 configs of
+    each kernel), halving one of them beat the heuristic by over 5% in 32-43% of the
+    reduction kernels (up to 1.6x), while doubling one lost 7-11% on average."""
+    meta = dict(launch.meta)
+    rnumels = dict(launch.rnumels)
+    out = [heuristic(launch)]
+    if launch.num_warps > 1:
+        out.append(TritonConfig(launch.meta, launch.num_warps // 2, None))
+    for k in [*(k for k, n in rnumels.items() if n > meta[k]), "XBLOCK"]:
+        if meta[k] > 1:
+            halved = {**meta, k: meta[k] // 2}
+            out.append(TritonConfig(tuple(halved.items()), launch.num_warps, None))
+    return out
 
 
 def _blocks(block: int, largest: int) -> list[int]:

@@ -1,9 +1,12 @@
 """Tuning the generated Triton kernels of a graph: each at its first call, on its real inputs.
 
-:func:`tuned_launchers` gives the wrapper one :class:`TunedKernel` per kernel in place of
-its launcher. Its first call tunes (``tuner.tune`` over ``configs.candidates``, or the winner
-stored by an earlier process), launches the winner and puts it in the wrapper's namespace
-under the kernel's name: later calls go straight to the winner, at an untuned launch's cost.
+:func:`tuned_launchers` gives the wrapper one :class:`TunedKernel` per kernel it tunes in
+place of its launcher: every kernel under ``max_autotune``, those with a reduction under light
+tuning (``TuningSettings.light``, the default mode's). Its first call tunes (``tuner.tune``
+over ``configs.candidates``, or ``configs.light_candidates`` timed by
+:func:`light_benchmark`, or the winner stored by an earlier process), launches the winner and
+puts it in the wrapper's namespace under the kernel's name: later calls go straight to the
+winner, at an untuned launch's cost.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import torch
 
 from ..codegen.triton import KernelLaunch
 from ..codegen.triton_launch import launcher_for
-from ..codegen.triton_workers import compile_job, precompile
-from .configs import TritonConfig, candidates
-from .tuner import Choice, TuningSettings, tune
+from ..codegen.triton_workers import CompileJob, compile_job, precompile
+from .configs import TritonConfig, candidates, light_candidates
+from .tuner import Benchmark, Choice, TuningSettings, quick_gpu_median_ms, tune
 
 
 class TunedKernel:
@@ -32,30 +35,53 @@ class TunedKernel:
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         launch = self._launch
-        configs = {config.name: config for config in candidates(launch)}
+        configs = {config.name: config for config in self._configs()}
         choices = [self._choice(config) for config in configs.values()]
         problem = tuning_problem(launch.name, tensors)
 
         def warm(chosen: list[Choice]) -> None:
-            settings = [configs[c.name] for c in chosen]
-            launches = [
-                (c.grid(launch.xnumel), dict(c.meta), c.num_warps, c.num_stages) for c in settings
-            ]
+            launches = [configs[c.name].launch(launch.xnumel) for c in chosen]
             precompile_launches(self._fn, tensors, launches)
 
-        winner = tune(
-            launch.name, problem, choices, tensors, launch.in_place, self._settings, warm=warm
-        )
+        light = self._settings.light
+        benchmark = light_benchmark(tensors) if light else None
+        if light and benchmark is None:
+            winner = choices[0].build(tensors)  # the heuristic: nothing to time it by
+        else:  # light tuning's configs compiled with the graph's kernels (worker_jobs)
+            winner = tune(
+                launch.name,
+                problem,
+                choices,
+                tensors,
+                launch.in_place,
+                self._settings,
+                benchmark,
+                warm=None if light else warm,
+            )
         self._namespace[launch.name] = winner
         winner(*tensors)
 
+    def worker_jobs(self) -> list[CompileJob]:
+        """Light tuning's compiles, for the worker batch of the graph's load
+        (``compile_at_once``): the first call then only loads them. None for the interpreter,
+        nor under ``max_autotune``: its many configs compile at the first call, unless a
+        stored winner makes them moot."""
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if not self._settings.light or isinstance(self._fn, InterpretedFunction):
+            return []
+        launch = self._launch
+        return [
+            compile_job(self._fn, launch.dtypes, *c.launch(launch.xnumel)) for c in self._configs()
+        ]
+
+    def _configs(self) -> list[TritonConfig]:
+        configs = light_candidates if self._settings.light else candidates
+        return configs(self._launch)[: self._settings.max_trials]
+
     def _choice(self, config: TritonConfig) -> Choice:
         def build(tensors: tuple[torch.Tensor, ...]):
-            grid = config.grid(self._launch.xnumel)
-            launcher = launcher_for(
-                self._fn, grid, dict(config.meta), config.num_warps, config.num_stages
-            )
-            return compiled(launcher, tensors)
+            return compiled(launcher_for(self._fn, *config.launch(self._launch.xnumel)), tensors)
 
         return Choice(config.name, build)
 
@@ -93,8 +119,23 @@ def tuning_problem(name: str, tensors: tuple[torch.Tensor, ...]) -> tuple:
 def tuned_launchers(
     module: Any, launches: tuple[KernelLaunch, ...], settings: TuningSettings, namespace: dict
 ) -> dict[str, TunedKernel]:
-    """A :class:`TunedKernel` per launch of the imported Triton ``module``."""
-    return {k.name: TunedKernel(getattr(module, k.name), k, settings, namespace) for k in launches}
+    """A :class:`TunedKernel` per launch of the imported Triton ``module`` that ``settings``
+    tune: all, or with light ones, those with a reduction (tiled over inner elements), where
+    the heuristic is least sure; pointwise kernels keep it."""
+    return {
+        k.name: TunedKernel(getattr(module, k.name), k, settings, namespace)
+        for k in launches
+        if k.rnumels or not settings.light
+    }
+
+
+def light_benchmark(tensors: tuple[torch.Tensor, ...]) -> Benchmark | None:
+    """How light tuning times a kernel's candidates on ``tensors``: a few launches timed by
+    CUDA events; ``None`` off the GPU (Triton's interpreter, whose times say nothing of a
+    GPU's): the kernel keeps the heuristic. Tests replace it to tune on the interpreter."""
+    if tensors[0].is_cuda:
+        return functools.partial(quick_gpu_median_ms, device=tensors[0].device)
+    return None
 
 
 @functools.cache

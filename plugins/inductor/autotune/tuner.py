@@ -16,7 +16,8 @@ the process, and a hung build keeps its thread until it ends.
 
 Benchmarks run one candidate at a time, on copies of the arguments the kernel writes in
 place (so repeated runs don't compound into the real values): on CUDA ``do_bench``'s median
-(caches flushed between runs), elsewhere the median wall time of a few runs. Counters:
+(caches flushed between runs), elsewhere the median wall time of a few runs; light tuning
+(:data:`LIGHT_TUNING`) passes the quicker :func:`quick_gpu_median_ms`. Counters:
 ``torchkiln.counters["autotune"]``: ``benchmarked`` (candidates timed), ``tuned`` (kernels
 measured), ``reused`` (stored winners taken), ``failed`` (candidates skipped), and where the
 time goes: ``build_ms`` (waiting for builds) and ``measure_ms`` (benchmarking).
@@ -47,6 +48,8 @@ BUILD_THREADS = 16
 GPU_WARMUP_MS, GPU_REP_MS = 3, 15
 #: timed runs of a candidate off the GPU (after one untimed)
 CPU_RUNS = 3
+#: light tuning: most timed launches of a candidate, and most milliseconds of them
+LIGHT_RUNS, LIGHT_RUN_MS = 5, 10.0
 
 Launch = Callable[..., None]
 Benchmark = Callable[[Callable[[], None]], float]
@@ -54,10 +57,18 @@ Benchmark = Callable[[Callable[[], None]], float]
 
 @dataclass(frozen=True)
 class TuningSettings:
-    """What ``max_autotune`` may spend per kernel (``autotune.*`` options)."""
+    """What tuning may spend per kernel: ``max_autotune``'s (``autotune.*`` options), or
+    :data:`LIGHT_TUNING`'s (``light``: a few configs of the kernels with a reduction, each
+    timed by :func:`quick_gpu_median_ms`, ``triton_kernels.py``)."""
 
     max_trials: int
     time_budget_s: float
+    light: bool = False
+
+
+#: the default mode's tuning (option ``autotune.light``): the heuristic and three neighbours
+#: (``configs.light_candidates``), measured in 50 ms at most (one candidate at least)
+LIGHT_TUNING = TuningSettings(max_trials=4, time_budget_s=0.05, light=True)
 
 
 @dataclass(frozen=True)
@@ -185,6 +196,35 @@ def gpu_median_ms(fn: Callable[[], None], device: torch.device) -> float:
 
     with torch.cuda.device(device):
         return do_bench(fn, warmup=GPU_WARMUP_MS, rep=GPU_REP_MS, return_mode="median")
+
+
+def quick_gpu_median_ms(fn: Callable[[], None], device: torch.device) -> float:
+    """``fn``'s median time over at most :data:`LIGHT_RUNS` launches timed by CUDA events, each
+    after a write over twice the L2 cache (as ``do_bench`` flushes it), and no more launches
+    than fit in :data:`LIGHT_RUN_MS` by the first, untimed one: a light tuning can't spend
+    ``do_bench``'s 18 ms per candidate on each of a graph's kernels."""
+    with torch.cuda.device(device):
+        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+        flush = torch.empty(2 * l2_bytes, dtype=torch.int8, device=device)
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(LIGHT_RUNS + 1)
+        ]
+
+        def timed(start: torch.cuda.Event, end: torch.cuda.Event) -> None:
+            flush.zero_()
+            start.record()
+            fn()
+            end.record()
+
+        timed(*events[0])
+        events[0][1].synchronize()
+        first_ms = events[0][0].elapsed_time(events[0][1])
+        runs = events[1 : 1 + max(1, min(LIGHT_RUNS, int(LIGHT_RUN_MS / max(first_ms, 1e-3))))]
+        for start, end in runs:
+            timed(start, end)
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in runs)
 
 
 def wall_median_ms(fn: Callable[[], None]) -> float:

@@ -1046,7 +1046,8 @@ class TritonModule:
 
     source: str
     launches: tuple[KernelLaunch, ...]
-    autotune: TuningSettings | None = None  # max_autotune: tune each kernel at its first call
+    # tune at their first call: every kernel (max_autotune), or those with a reduction (light)
+    autotune: TuningSettings | None = None
     # matmul templates (``triton_templates.py``), each tuned against aten at its first call
     templates: tuple[GemmLaunch, ...] = ()
     template_tuning: TuningSettings | None = None
@@ -1074,26 +1075,29 @@ class TritonModule:
             from ..autotune.gemm import tuned_gemms
 
             namespace.update(tuned_gemms(module, self.templates, self.template_tuning, namespace))
+        tuned = {}
         if self.autotune is not None:
             from ..autotune.triton_kernels import tuned_launchers
 
-            namespace.update(tuned_launchers(module, self.launches, self.autotune, namespace))
-            return
+            tuned = tuned_launchers(module, self.launches, self.autotune, namespace)
+        untuned = [k for k in self.launches if k.name not in tuned]
         launchers = {
             k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta), k.num_warps)
-            for k in self.launches
+            for k in untuned
         }
-        kernels = [(launchers[k.name], k.dtypes, k.device) for k in self.launches]
-        compile_at_once(kernels, in_workers=fresh)
+        kernels = [(launchers[k.name], k.dtypes, k.device) for k in untuned]
+        jobs = [job for kernel in tuned.values() for job in kernel.worker_jobs()]
+        compile_at_once(kernels, in_workers=fresh, jobs=jobs)
         namespace.update(launchers)
+        namespace.update(tuned)
 
 
 def generate_triton(
     plans: dict[str, KernelPlan], graph: GraphIR, autotune: TuningSettings | None = None
 ) -> tuple[TritonModule, dict]:
     """The Triton module of every planned kernel, and per kernel name its launch (identical
-    kernels share a function, named by the hash of its text); ``autotune``: tune each kernel
-    at its first call."""
+    kernels share a function, named by the hash of its text); ``autotune``: tune kernels at
+    their first call (``TritonModule.autotune``)."""
     sources: dict[str, str] = {}
     names: dict[str, str] = {}  # kernel text -> the name of the function that runs it
     by_step: dict[str, KernelLaunch] = {}

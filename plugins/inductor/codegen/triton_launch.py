@@ -137,12 +137,15 @@ def _alignment(tensors: tuple[torch.Tensor, ...]) -> tuple[bool, ...]:
 
 
 def compile_at_once(
-    kernels: list[tuple[object, tuple[torch.dtype, ...], str]], in_workers: bool = False
+    kernels: list[tuple[object, tuple[torch.dtype, ...], str]],
+    in_workers: bool = False,
+    jobs: list | None = None,
 ) -> None:
     """Compile ``(launcher, param dtypes, device)`` kernels together, for aligned pointers
     (what torch allocates). With ``in_workers``, where Triton's compile workers were started
     (``triton_workers``, when a graph's trace began) they compile the kernels in parallel
-    into Triton's disk cache first: Triton's front end is Python, and on a pool of threads
+    into Triton's disk cache first, with the worker ``jobs`` given (the configs of kernels
+    tuned at their first call): Triton's front end is Python, and on a pool of threads
     it runs one kernel at a time under the GIL. Kernels of a graph from the plan cache are
     in Triton's cache already: the workers, maybe still starting, would only delay them.
     Then a pool of threads under Triton's ``AsyncCompileMode`` loads them (or compiles them,
@@ -153,14 +156,13 @@ def compile_at_once(
         for launcher, dtypes, device in kernels
         if isinstance(launcher, LeanLauncher)
     ]
-    if len(lean) < 2:
-        return  # nothing to overlap: the first call compiles
-    from triton import AsyncCompileMode
-
     from .triton_workers import is_warm, precompile
 
     if in_workers and is_warm():  # workers compile for the GPU current when they started
-        precompile([launcher.job(dtypes) for launcher, dtypes, _ in lean])
+        precompile([*(launcher.job(dtypes) for launcher, dtypes, _ in lean), *(jobs or ())])
+    if len(lean) < 2:
+        return  # nothing to overlap: the first call compiles
+    from triton import AsyncCompileMode
 
     workers = min(len(lean), os.cpu_count() or 1, COMPILE_THREADS)
     with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):

@@ -1,17 +1,21 @@
-"""max_autotune: measured choice of each Triton kernel's config, stored for the next process.
+"""Measured choice of each Triton kernel's config, stored for the next process: max_autotune's
+full search, and the default mode's light tuning of kernels with a reduction.
 
 Triton's interpreter runs the kernels on CPU tensors (``TRITON_INTERPRET=1``), where timings
 mean nothing: the tuner's choice is tested with a fake timer, the rest for what it must keep
-(results as eager's, winners reused, failing configs skipped). Shapes are tiny.
+(results as eager's, winners reused, failing configs skipped). Light tuning times nothing
+on the interpreter unless a test gives it a timer (:func:`timed_in_order`). Shapes are tiny.
 """
 
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import uuid
+from types import SimpleNamespace
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
 
@@ -21,8 +25,14 @@ from inductor_testing import check
 
 import torchkiln
 from torchkiln import logs
-from torchkiln_inductor.autotune import configs, progress
-from torchkiln_inductor.autotune.tuner import Choice, TuningSettings, tune
+from torchkiln_inductor.autotune import configs, progress, store, triton_kernels
+from torchkiln_inductor.autotune.tuner import (
+    LIGHT_TUNING,
+    Choice,
+    TuningSettings,
+    quick_gpu_median_ms,
+    tune,
+)
 from torchkiln_inductor.options import MODE_OPTIONS, parse_options
 
 pytest.importorskip("triton", reason="triton is not installed")
@@ -35,6 +45,7 @@ SETTINGS = TuningSettings(max_trials=8, time_budget_s=60.0)
 def private_cache(tmp_path, monkeypatch):
     """Winners of one test never reach another (nor the user's cache)."""
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(store, "_tuned", {})  # nor this process's
     torchkiln.counters.clear()
 
 
@@ -249,6 +260,7 @@ def test_autotune_options_parse():
 SCRIPT = textwrap.dedent(
     """
     import json, torch, torchkiln
+    {setup}
 
     def fn(x):
         return torch.softmax(x, -1) * 2 + x.sum(0)
@@ -256,15 +268,16 @@ SCRIPT = textwrap.dedent(
     x = torch.randn(4, 8)
     compiled = torchkiln.compile(fn, backend="inductor", options={options!r})
     torch.testing.assert_close(compiled(x), fn(x))
-    print(json.dumps(dict(torchkiln.counters["autotune"])))
+    print(json.dumps({{k: torchkiln.counters[k] for k in ("autotune", "aot_cache")}}))
     """
 )
 
 
-def _run(cache) -> dict:
+def _run(cache, options=TUNED, setup="") -> dict:
+    """The script's ``autotune`` and ``aot_cache`` (plan cache) counters."""
     env = dict(os.environ, TORCHKILN_CACHE_DIR=str(cache), TRITON_INTERPRET="1")
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(options=TUNED)],
+        [sys.executable, "-c", SCRIPT.format(options=options, setup=setup)],
         env=env,
         capture_output=True,
         text=True,
@@ -274,8 +287,172 @@ def _run(cache) -> dict:
 
 
 def test_second_process_benchmarks_nothing(tmp_path):
-    first = _run(tmp_path)
+    first = _run(tmp_path)["autotune"]
     assert first["benchmarked"] > 0 and first["tuned"] > 0
-    second = _run(tmp_path)
+    second = _run(tmp_path)["autotune"]
     second.pop("build_ms")  # building the stored winners takes time; measuring takes none
     assert second == {"reused": first["tuned"]}
+
+
+# ---------------------------------------------------------------------------
+# Light tuning (autotune.light, on by default)
+# ---------------------------------------------------------------------------
+
+
+def three_kernels(x, y, z):
+    """A looped reduction, a persistent one and a pointwise kernel."""
+    return x.sum(1), torch.softmax(y, -1), (z * 2).exp()
+
+
+def _three_inputs():
+    # positive values to sum: no cancellation that a config's order of sums could magnify
+    return torch.rand(3, 5000), torch.randn(4, 8), torch.randn(6, 7)
+
+
+def timed_in_order(monkeypatch, step_ms: float) -> list:
+    """Light tuning on the interpreter, each candidate timed ``step_ms`` slower than the one
+    measured before it (faster where negative), so the test knows the winner; the list
+    returned grows by one per candidate timed. Nothing runs: light tuning's 50 ms would not
+    see the interpreter through one kernel's candidates."""
+    timed = []
+
+    def benchmark(fn) -> float:
+        timed.append(fn)
+        return 100.0 + step_ms * len(timed)
+
+    monkeypatch.setattr(triton_kernels, "light_benchmark", lambda tensors: benchmark)
+    return timed
+
+
+def _reductions(compiled) -> list:
+    return [k for k in compiled.artifact.triton.launches if k.rnumels]
+
+
+def test_default_options_light_tune_reductions_not_pointwise_kernels(monkeypatch):
+    timed = timed_in_order(monkeypatch, 1.0)
+    compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
+    assert compiled.artifact.triton.autotune == LIGHT_TUNING
+    reductions = _reductions(compiled)
+    assert len(reductions) == 2 and len(compiled.artifact.triton.launches) == 3
+    assert torchkiln.counters["autotune"]["tuned"] == 2
+    light = sum(len(configs.light_candidates(k)) for k in reductions)
+    assert len(timed) == torchkiln.counters["autotune"]["benchmarked"] == light
+
+
+def test_light_candidates_are_the_heuristic_then_one_halving_each():
+    compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
+    looped, persistent = sorted(_reductions(compiled), key=lambda k: -dict(k.rnumels)["RBLOCK0"])
+
+    def halved(launch) -> list[str]:
+        """Per candidate after the first, the one setting it halves (fails otherwise)."""
+        first, *rest = configs.light_candidates(launch)
+        assert first == configs.heuristic(launch)
+        before = {**dict(first.meta), "warps": first.num_warps}
+        out = []
+        for c in rest:
+            after = {**dict(c.meta), "warps": c.num_warps}
+            (changed,) = [k for k in before if before[k] != after[k]]
+            assert after[changed] * 2 == before[changed] and c.num_stages is None
+            out.append(changed)
+        assert len(rest) <= 3 and len(set(out)) == len(out)
+        return out
+
+    assert "RBLOCK0" in halved(looped)  # the loop's block may shrink
+    assert "RBLOCK0" not in halved(persistent)  # a persistent block holds a whole row
+    assert len(configs.light_candidates(looped)) < len(configs.candidates(looped))
+
+
+@pytest.mark.parametrize("step_ms, expected", [(1.0, 0), (-1.0, -1)], ids=["first", "last"])
+def test_light_tuning_keeps_the_fastest_candidate(monkeypatch, caplog, step_ms, expected):
+    timed_in_order(monkeypatch, step_ms)
+    monkeypatch.setattr(logs, "_enabled", {"autotune"})
+    inputs = _three_inputs()
+    with caplog.at_level("INFO", logger="torchkiln"):
+        compiled = check(three_kernels, *inputs, cpu_backend="triton")
+    winners = dict(re.findall(r"(kiln_\w+): winner (\S+)", caplog.text))
+    reductions = _reductions(compiled)
+    assert winners == {k.name: configs.light_candidates(k)[expected].name for k in reductions}
+    for actual, wanted in zip(compiled(*inputs), three_kernels(*inputs), strict=True):
+        torch.testing.assert_close(actual, wanted)  # the winners run now
+
+
+def test_stored_light_winners_are_reused_without_benchmarking(monkeypatch):
+    timed = timed_in_order(monkeypatch, -1.0)
+    inputs = _three_inputs()
+    check(three_kernels, *inputs, cpu_backend="triton")
+    assert torchkiln.counters["autotune"]["tuned"] == 2
+    monkeypatch.setattr(store, "_tuned", {})  # as in a new process: the winners on disk only
+    torchkiln.counters.clear()
+    timed.clear()
+    check(three_kernels, *inputs, cpu_backend="triton")  # generated and loaded afresh
+    assert dict(torchkiln.counters["autotune"]).keys() == {"reused", "build_ms"}
+    assert torchkiln.counters["autotune"]["reused"] == 2 and timed == []
+
+
+def test_light_configs_compile_in_the_graph_s_worker_batch():
+    """One worker job per light config, sent with the graph's other kernels at its load (the
+    first call then only loads them); none for max_autotune's, compiled at the first call
+    unless a winner is stored."""
+    compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
+    looped = max(_reductions(compiled), key=lambda k: dict(k.rnumels)["RBLOCK0"])
+    compiled_fn = SimpleNamespace(fn=three_kernels)  # what a job reads of a JIT function
+    jobs = triton_kernels.TunedKernel(compiled_fn, looped, LIGHT_TUNING, {}).worker_jobs()
+    light = configs.light_candidates(looped)
+    assert [(j.meta, j.num_warps) for j in jobs] == [(c.meta, c.num_warps) for c in light]
+    assert triton_kernels.TunedKernel(compiled_fn, looped, SETTINGS, {}).worker_jobs() == []
+
+
+def test_second_process_light_tunes_nothing(tmp_path):
+    """The plan cache's TritonModule keeps the light settings; the winners come from disk."""
+    setup = (
+        "import torchkiln_inductor.autotune.triton_kernels as k, "
+        "torchkiln_inductor.autotune.tuner as t; "
+        "k.light_benchmark = lambda tensors: t.wall_median_ms"
+    )
+    first = _run(tmp_path, {"cpu_backend": "triton"}, setup)["autotune"]
+    assert first["benchmarked"] > 0 and first["tuned"] > 0
+    second = _run(tmp_path, {"cpu_backend": "triton"}, setup)
+    assert second["aot_cache"]["hits"] > 0  # the plan, unpickled
+    second["autotune"].pop("build_ms")
+    assert second["autotune"] == {"reused": first["tuned"]}
+
+
+def test_light_tuning_times_nothing_on_the_interpreter_or_when_off(monkeypatch):
+    check(three_kernels, *_three_inputs(), cpu_backend="triton")  # no timer off the GPU
+    assert not torchkiln.counters["autotune"]
+    timed = timed_in_order(monkeypatch, 1.0)
+    check(three_kernels, *_three_inputs(), cpu_backend="triton", **{"autotune.light": False})
+    assert not torchkiln.counters["autotune"] and timed == []
+    assert parse_options({}).autotune_light is True
+
+
+def test_max_autotune_keeps_its_full_search(monkeypatch):
+    """Every kernel, pointwise too, over max_trials candidates (beyond the light set), timed
+    by the full search's timer, not light tuning's."""
+    timed = timed_in_order(monkeypatch, 1.0)
+    options = {"cpu_backend": "triton", "max_autotune": True, "autotune.max_trials": 5}
+    compiled = check(three_kernels, *_three_inputs(), **options)
+    launches = compiled.artifact.triton.launches
+    assert torchkiln.counters["autotune"]["tuned"] == len(launches) == 3
+    full = sum(min(5, len(configs.candidates(k))) for k in launches)
+    assert torchkiln.counters["autotune"]["benchmarked"] == full
+    assert full > sum(len(configs.light_candidates(k)) for k in launches)
+    assert timed == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA launches")
+def test_quick_gpu_benchmark_times_at_most_10_ms_of_launches():
+    """An untimed launch, then up to 5 timed: one for a kernel of over 10 ms."""
+    x = torch.ones(2**28, device="cuda")  # 1 GiB: 60 passes take over 10 ms (8 TB/s: 16 ms)
+    launches = []
+
+    def kernel(passes: int) -> None:
+        launches.append(passes)
+        for _ in range(passes):
+            x.mul_(1.0)
+
+    assert quick_gpu_median_ms(lambda: kernel(1), x.device) > 0
+    assert len(launches) == 6
+    launches.clear()
+    assert quick_gpu_median_ms(lambda: kernel(60), x.device) > 10
+    assert len(launches) == 2
