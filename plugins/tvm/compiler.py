@@ -4,9 +4,10 @@
 partition: the graph becomes a Relax function (a ``BlockBuilder`` function with one
 dataflow block, ``get_attr`` constants as ``relax.const``, each node through
 :data:`torchkiln_tvm.converters.CONVERTERS`), ``tvm.compile`` builds it for the target
-(``llvm`` with the host's ``-mcpu``, its kernels given a default schedule or tuned ones;
-``cuda``, whose default pipeline applies dlight's GPU schedules), and :class:`~torchkiln_tvm.runtime.TVMGraph` runs it in a
-``relax.VirtualMachine``.
+(``llvm`` with the host's ``-mcpu``, its matmuls and convolutions calling torch's kernels
+(:mod:`torchkiln_tvm.extern`) and its other kernels given a default schedule or tuned ones;
+``cuda``, whose default pipeline applies dlight's GPU schedules), and
+:class:`~torchkiln_tvm.runtime.TVMGraph` runs it in a ``relax.VirtualMachine``.
 """
 
 from __future__ import annotations
@@ -73,17 +74,19 @@ def compile_aten_graph(
     tuning_trials: int = 0,
     tuning_time_budget_s: float | None = None,
     default_schedule: bool = True,
+    extern_ops: bool = True,
 ) -> Callable:
     """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``.
 
     On CPU, ``tuning_trials > 0`` builds the kernels with MetaSchedule's schedules
     (:mod:`torchkiln_tvm.tuning`, records in ``cache_dir``, at most
     ``tuning_time_budget_s`` seconds of tuning a graph), and ``default_schedule`` the
-    others with a fixed loop order and vectorization (:mod:`torchkiln_tvm.schedule`).
+    others with a fixed loop order and vectorization (:mod:`torchkiln_tvm.schedule`);
+    ``extern_ops`` has the matmuls and convolutions of a CPU graph call torch's kernels.
     """
     device = graph_device(gm)
     tvm_target = targets.resolve(target, device)
-    mod, copies = to_relax(gm)
+    mod, copies = to_relax(gm, extern_ops=extern_ops and tvm_target.kind.name == "llvm")
     if logs.enabled("output_code"):
         logs.artifact("output_code", "tvm relax module:\n%s", mod.script())
     with tvm.transform.PassContext(opt_level=opt_level):
@@ -127,11 +130,14 @@ def output_values(gm: fx.GraphModule) -> list[torch.Tensor]:
     return [n.meta["val"] for n in tree_leaves(output.args[0])]
 
 
-def to_relax(gm: fx.GraphModule) -> tuple[tvm.IRModule, frozenset[int]]:
+def to_relax(
+    gm: fx.GraphModule, *, extern_ops: bool = False
+) -> tuple[tvm.IRModule, frozenset[int]]:
     """The Relax module of ``gm`` (function ``main``), and which of its outputs may share
-    memory with an input or a constant (the runtime copies those)."""
+    memory with an input or a constant (the runtime copies those). ``extern_ops``: its
+    matmuls and convolutions call torch's kernels (:mod:`torchkiln_tvm.extern`)."""
     bb = relax.BlockBuilder()
-    cx = Context(bb)
+    cx = Context(bb, extern_ops=extern_ops)
     params = []
     for node in gm.graph.find_nodes(op="placeholder"):
         value = node.meta.get("val")

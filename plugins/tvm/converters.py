@@ -1,8 +1,9 @@
 """The aten → Relax table: one converter per aten overload, public ``relax.op.*`` only.
 
-A converter gets the :class:`Context` (the block builder, each FX node's Relax value)
-and the node, and returns the Relax expression of its result, which the compiler
-emits. Dtypes follow torch: each node's fake value (``meta["val"]``) says the result's
+A converter gets the :class:`Context` (the block builder, each FX node's Relax value,
+whether matmuls and convolutions call torch's kernels: :mod:`torchkiln_tvm.extern`) and
+the node, and returns the Relax expression of its result, which the compiler emits.
+Dtypes follow torch: each node's fake value (``meta["val"]``) says the result's
 dtype, and operands are cast to the dtype torch computes in, so that Relax (which
 never promotes) gets operands of one dtype. :data:`CONVERTERS` is also the backend's
 ``Capabilities.ops``; :func:`supports` rejects the nodes a converter can't take
@@ -11,6 +12,7 @@ never promotes) gets operands of one dtype. :data:`CONVERTERS` is also the backe
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -20,6 +22,8 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_leaves
 
+import tvm
+from torchkiln_tvm import extern
 from tvm import relax
 from tvm.relax import op as R
 
@@ -91,10 +95,12 @@ def converts(*ops: Any) -> Callable[[Converter], Converter]:
 
 
 class Context:
-    """What converters share: the block builder and each node's Relax value."""
+    """What converters share: the block builder, each node's Relax value, and whether
+    matmuls and convolutions call torch's kernels (:mod:`torchkiln_tvm.extern`)."""
 
-    def __init__(self, bb: relax.BlockBuilder):
+    def __init__(self, bb: relax.BlockBuilder, extern_ops: bool = False):
         self.bb = bb
+        self.extern_ops = extern_ops
         self.values: dict[fx.Node, relax.Expr] = {}
 
     def value(self, arg: Any) -> Any:
@@ -341,6 +347,7 @@ def _copy(cx: Context, node: fx.Node) -> relax.Expr:
 
 #: The dtype a sum of each float dtype adds up in: Relax adds one element after the
 #: other where torch adds pairwise, so it sums wider to round no more than torch does.
+#: (Matmuls add up as torch's CPU kernels do instead: :data:`MATMUL_ACCUMULATE`.)
 ACCUMULATE = {
     torch.float16: torch.float32,
     torch.bfloat16: torch.float32,
@@ -464,24 +471,61 @@ def _softmax(cx: Context, node: fx.Node) -> relax.Expr:
 # -- linear algebra and neural-network ops --------------------------------------------
 
 
+#: The dtype a matmul of each float dtype adds its products up in: torch's CPU kernels'
+#: (BLAS adds float32 products in float32; half types in float32). float32 in float64
+#: made matmuls twice as slow (256x1024x1024: 74.7 ms, 37.3 ms in float32).
+MATMUL_ACCUMULATE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
 @converts(aten.mm.default, aten.bmm.default)
 def _matmul(cx: Context, node: fx.Node) -> relax.Expr:
+    if cx.extern_ops:
+        (a, b), transposed = _operands(cx, node.args[0], node.args[1])
+        return _torch_kernel(extern.MATMUL, [a, b, relax.prim_value(transposed)], node)
     return matmul(cx.value(node.args[0]), cx.value(node.args[1]), out_dtype(node))
 
 
 def matmul(a: relax.Expr, b: relax.Expr, dtype: torch.dtype) -> relax.Expr:
-    """``a @ b``, its products added up in the wider dtype (as :func:`summed`)."""
-    wide = ACCUMULATE.get(dtype)
+    """``a @ b``, its products added up in :data:`MATMUL_ACCUMULATE`'s dtype."""
+    wide = MATMUL_ACCUMULATE.get(dtype)
     if wide is None:
         return R.matmul(a, b)
     return R.astype(R.matmul(a, b, out_dtype=dtype_name(wide)), dtype_name(dtype))
 
 
+def _operands(cx: Context, a: fx.Node, b: fx.Node) -> tuple[list[relax.Expr], int]:
+    """The Relax values of a matmul's operands for :data:`extern.MATMUL`, and its
+    ``transposed`` bits: an operand that transposes its last two dims (a linear layer's
+    weight) is given untransposed, so that torch reads it where it lies."""
+    values, transposed = [], 0
+    for operand, bit in ((a, extern.TRANSPOSED_A), (b, extern.TRANSPOSED_B)):
+        n = rank(operand)
+        if (
+            operand.target is aten.permute.default
+            and n >= 2
+            and [d % n for d in operand.args[1]] == [*range(n - 2), n - 1, n - 2]
+        ):
+            operand, transposed = operand.args[0], transposed | bit
+        values.append(cx.values[operand])
+    return values, transposed
+
+
+def _torch_kernel(name: str, args: list[relax.Expr], node: fx.Node) -> relax.Expr:
+    """A call of torch's kernel ``name`` (:mod:`torchkiln_tvm.extern`) into a buffer of
+    ``node``'s shape and dtype."""
+    result = relax.TensorType(list(val(node).shape), dtype_name(out_dtype(node)))
+    return R.call_dps_packed(name, args, result)
+
+
 @converts(aten.addmm.default)
 def _addmm(cx: Context, node: fx.Node) -> relax.Expr:
     dtype = dtype_name(out_dtype(node))
-    bias, a, b = cx.value(node.args[:3])
     beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    if cx.extern_ops:
+        (a, b), transposed = _operands(cx, node.args[1], node.args[2])
+        flags = [relax.prim_value(v) for v in (transposed, float(beta), float(alpha))]
+        return _torch_kernel(extern.ADDMM, [cx.value(node.args[0]), a, b, *flags], node)
+    bias, a, b = cx.value(node.args[:3])
     product = matmul(a, b, out_dtype(node))
     if alpha != 1:
         product = R.multiply(product, relax.const(alpha, dtype))
@@ -502,6 +546,10 @@ def _convolution(cx: Context, node: fx.Node) -> relax.Expr:
     stride, padding, dilation = node.args[3:6]
     groups = node.args[8]
     spatial = rank(node.args[1]) - 2
+    if cx.extern_ops:
+        spec = json.dumps([list(stride), list(padding), list(dilation), groups])
+        operands = [x, weight] if bias is None else [x, weight, bias]
+        return _torch_kernel(extern.CONVOLUTION, [*operands, tvm.ir.StringImm(spec)], node)
     data_layout, kernel_layout = LAYOUTS[spatial]
     out = CONVOLUTIONS[spatial](
         x,

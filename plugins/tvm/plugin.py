@@ -37,6 +37,14 @@ OPTIONS = (
         type=bool,
     ),
     Option(
+        "extern_ops",
+        True,
+        "on CPU, have matmuls (mm, bmm, addmm) and convolutions call torch's own kernels "
+        "(MKL / oneDNN; the TVM wheel has no BLAS) from the compiled module; False: TVM's "
+        "own loops, scheduled or tuned like the other kernels",
+        type=bool,
+    ),
+    Option(
         "cache_dir",
         None,
         "the folder of MetaSchedule's tuning records, read and added to by every process "

@@ -16,6 +16,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 import tvm
 from torchkiln.exc import KilnError
+from torchkiln_tvm import extern  # noqa: F401  (registers the torch kernels a VM may call)
 from tvm import relax
 
 

@@ -13,8 +13,9 @@ time is in its matmuls and convolutions, whose plain loops run the reduction inn
   reuse each loaded operand);
 - an injective block: its loops fused and split by the vector lanes, the lanes vectorized.
 
-Loops that fewer than 4 lanes divide are left as they are. A block that a step
-does not fit keeps its loops (a failed schedule primitive changes nothing).
+Loops that fewer than 4 lanes divide, and blocks that write booleans, are left as they
+are. A block that a step does not fit keeps its loops (a failed schedule primitive
+changes nothing).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class LoopOrder(CPUScheduleRule):
         changed = False
         for info in infos:
             block = sch.get(info.block_rv)
-            if len(block.writes) != 1:
+            # TVM's LLVM codegen fails on vectors of bool (it casts them from int8 vectors)
+            if len(block.writes) != 1 or block.writes[0].source.dtype == "bool":
                 continue
             lanes = max(1, bits // block.writes[0].source.dtype.bits) if bits > 0 else 1
             kinds = info.dom_kind()
@@ -134,9 +136,11 @@ def _tile_rows(sch: s_tir.Schedule, info, spatial: int, lanes: int) -> bool:
     else:
         rows_in = None
         sch.reorder(*outer, rows, cols_out, *reduction, cols_in)
-    init = sch.decompose_reduction(info.block_rv, reduction[0])
+    # vectorized before the init is split off: the update block alone is no reduction
+    # block (it has no init), which ``vectorize`` refuses
     sch.vectorize(cols_in)
     if rows_in is not None:
         sch.unroll(rows_in)
+    init = sch.decompose_reduction(info.block_rv, reduction[0])
     sch.vectorize(sch.get_loops(init)[-1])
     return True

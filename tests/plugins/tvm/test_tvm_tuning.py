@@ -38,6 +38,10 @@ def fn(x, w):
     return torch.tanh(x @ w) + 1
 
 
+#: Options that keep ``fn``'s matmul a TVM kernel, the one kernel tuned.
+TVM_MATMUL = {"extern_ops": False}
+
+
 def args():
     return torch.randn(16, 32), torch.randn(32, 8)
 
@@ -68,7 +72,7 @@ def timed_tuning(monkeypatch):
 
 @needs_ffi
 def test_a_tuned_graph_matches_eager(tmp_path, tvm_counters):
-    options = {"tuning_trials": 6, "cache_dir": str(tmp_path)}
+    options = {**TVM_MATMUL, "tuning_trials": 6, "cache_dir": str(tmp_path)}
     compiled = torchkiln.compile(fn, backend="tvm", options=options)
     x, w = args()
     torch.testing.assert_close(compiled(x, w), fn(x, w))
@@ -81,13 +85,38 @@ def test_a_tuned_graph_matches_eager(tmp_path, tvm_counters):
 @needs_ffi
 def test_the_time_budget_holds(tmp_path, tvm_counters, timed_tuning):
     budget = 4
-    options = {"tuning_trials": 10_000, "tuning_time_budget_s": budget, "cache_dir": str(tmp_path)}
+    options = {
+        **TVM_MATMUL,
+        "tuning_trials": 10_000,
+        "tuning_time_budget_s": budget,
+        "cache_dir": str(tmp_path),
+    }
     compiled = torchkiln.compile(fn, backend="tvm", options=options)
     x, w = args()
     torch.testing.assert_close(compiled(x, w), fn(x, w))
     assert len(timed_tuning) == 1
     assert timed_tuning[0] <= budget + SLACK_S
     assert tvm_counters["tuning_trials"] < 10_000
+
+
+@needs_ffi
+def test_tuning_leaves_torch_kernels_out(tmp_path, monkeypatch):
+    """With ``extern_ops`` (the default) the matmul is a call of torch's kernel, no TIR
+    kernel: the tasks are the softmax's."""
+    tasks = []
+    tune = tuning.tune
+    monkeypatch.setattr(
+        tuning, "tune", lambda ts, *a: tasks.extend(t.task_name for t in ts) or tune(ts, *a)
+    )
+
+    def attention_scores(x, w):
+        return torch.softmax(x @ w, dim=-1)
+
+    options = {"tuning_trials": 2, "cache_dir": str(tmp_path)}
+    compiled = torchkiln.compile(attention_scores, backend="tvm", options=options)
+    x, w = args()
+    torch.testing.assert_close(compiled(x, w), attention_scores(x, w))
+    assert tasks and not any("matmul" in name for name in tasks), tasks
 
 
 def fake_worker(tmp_path, how: str) -> list[str]:
@@ -120,7 +149,7 @@ def test_a_candidate_that_hangs_or_fails_is_skipped(
 ):
     monkeypatch.setattr(measure, "WORKER_COMMAND", fake_worker(tmp_path, how))
     monkeypatch.setattr(tuning, "CANDIDATE_TIMEOUT_S", 1.0)
-    options = {"tuning_trials": 4, "cache_dir": str(tmp_path / "records")}
+    options = {**TVM_MATMUL, "tuning_trials": 4, "cache_dir": str(tmp_path / "records")}
     compiled = torchkiln.compile(fn, backend="tvm", options=options)
     x, w = args()
     torch.testing.assert_close(compiled(x, w), fn(x, w))
@@ -138,7 +167,7 @@ SCRIPT = textwrap.dedent(
     def fn(x, w):
         return torch.tanh(x @ w) + 1
 
-    options = {"tuning_trials": 4, "cache_dir": sys.argv[1]}
+    options = {"extern_ops": False, "tuning_trials": 4, "cache_dir": sys.argv[1]}
     compiled = torchkiln.compile(fn, backend="tvm", options=options)
     x, w = torch.randn(16, 32), torch.randn(32, 8)
     torch.testing.assert_close(compiled(x, w), fn(x, w))
