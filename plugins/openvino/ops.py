@@ -12,6 +12,8 @@ an ungrouped convolution's). On top of the table:
   their other outputs for the backward runs them with the next backend, except a float32
   layer norm or attention, whose other outputs the compiler computes
   (:mod:`torchkiln_openvino.rewrites`);
+* a convolution's weight gradient runs in torch, faster there (the AOT layer traces it
+  apart from the input's gradient, which OpenVINO runs);
 * random ops run in torch, so that a seed gives eager's numbers (the frontend's
   ``native_dropout`` is wrong in training, too);
 * OpenVINO reads host memory: nodes on another device are not taken;
@@ -114,6 +116,8 @@ def supports(node: fx.Node) -> bool | str:
             "not converted by the frontend, written out only for plain convolutions "
             "and attention without dropout"
         )
+    if is_weight_gradient(node):
+        return "a convolution's weight gradient: torch's own is faster than OpenVINO's"
     if _draws_random_numbers(node):
         return "a random op: torch draws its numbers, so that a seed gives eager's"
     if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:
@@ -121,6 +125,16 @@ def supports(node: fx.Node) -> bool | str:
         if len(used) != len(node.users) or (used - {0} and not rewrites.expands(node)):
             return "the graph reads outputs besides output 0, which OpenVINO does not convert"
     return True
+
+
+def is_weight_gradient(node: fx.Node) -> bool:
+    """A ``convolution_backward`` that computes the weight's gradient alone: OpenVINO's
+    (a convolution, batch and channels swapped) is 1.3-2.5x slower than torch's own, so
+    it is left to the next backend; the AOT layer traces each backward split in two
+    (:func:`torchkiln_openvino.decompositions.convolution_backward`)."""
+    if node.target is not rewrites.CONVOLUTION_BACKWARD:
+        return False
+    return list(node.args[10]) == [False, True, False]
 
 
 def _draws_random_numbers(node: fx.Node) -> bool:
