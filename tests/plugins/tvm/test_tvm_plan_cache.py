@@ -41,10 +41,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run(cache_dir) -> dict:
-    """Compile, train a step and infer in a new process on ``cache_dir``: what it counted."""
+def run(cache_dir, script: str = SCRIPT) -> dict:
+    """Run ``script`` (by default: compile, train a step and infer) in a new process on
+    ``cache_dir``: what it counted."""
     env = dict(os.environ, TORCHKILN_CACHE_DIR=str(cache_dir))
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -90,15 +91,7 @@ def test_a_loaded_plan_calls_torch_kernels(tmp_path):
     plugin's own registration)."""
     from torchkiln_tvm import extern
 
-    env = dict(os.environ, TORCHKILN_CACHE_DIR=str(tmp_path))
-    counts = []
-    for _ in range(2):
-        done = subprocess.run(
-            [sys.executable, "-c", TORCH_KERNELS_SCRIPT], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        counts.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    cold, warm = counts
+    cold, warm = run(tmp_path, TORCH_KERNELS_SCRIPT), run(tmp_path, TORCH_KERNELS_SCRIPT)
     one_each = {extern.CONVOLUTION: 1, extern.ADDMM: 1}
     assert cold["stores"] == 1 and cold["calls"] == one_each
     assert warm["hits"] == 1 and warm["calls"] == one_each
