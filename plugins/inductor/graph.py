@@ -14,6 +14,7 @@ backward for the strides the forward produced.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,10 @@ STRIDE_SENSITIVE = frozenset(
 
 #: realize an elementwise value used by several consumers once it costs this much
 REUSE_COST = 4
+#: ... or once it reads this many buffers of its own size: inlined into every consumer,
+#: it would keep all of them alive until the last consumer runs (a transformer's residual
+#: stream ``h + attn``, ``+ mlp``, ``+ attn`` ... held every block's output)
+REUSE_FULL_READS = 2
 #: never inline bodies costlier than this (keeps kernels and compile time bounded)
 MAX_INLINE_COST = 48
 
@@ -192,12 +197,24 @@ class GraphLowering(Interpreter):
         out = super().run_node(n)
         if isinstance(out, PointwiseValue):
             users = len(n.users)
-            if out.cost > MAX_INLINE_COST or (users > 1 and out.cost >= REUSE_COST):
+            if out.cost > MAX_INLINE_COST or (
+                users > 1
+                and (out.cost >= REUSE_COST or self._full_size_reads(out) >= REUSE_FULL_READS)
+            ):
                 out = self.realize(out)
         origin = _op_name(n)  # what kernel names and profiles show
         for buf in self.ir.buffers[first_new:]:
             buf.origin = origin
         return out
+
+    def _full_size_reads(self, value: PointwiseValue) -> int:
+        """How many buffers of at least ``value``'s size its body reads (broadcast ones
+        such as a bias do not count: they are small, and alive anyway)."""
+        index = make_vars("x", value.size)
+        body = record(lambda: store("out", Expr.of(0), value.body(index)))
+        numel = math.prod(value.size)
+        names = {name for name, _ in body.loads()}
+        return sum(math.prod(self.ir.buffer(name).layout.size) >= numel for name in names)
 
     def placeholder(self, target, args, kwargs) -> Any:
         example = self.example_inputs[self._position]

@@ -6,6 +6,10 @@
   output must not become an alias of something else).
 * :func:`fold_constants` evaluates nodes whose tensor inputs are all
   constants (``get_attr``) once, at compile time.
+* :func:`eliminate_common_subexpressions` merges nodes that compute the same
+  value (the same pure op on the same arguments): a mask that ``transformers``
+  hands every attention layer, made contiguous before each call, is one buffer
+  instead of one per layer, all alive from the graph's start.
 * :func:`eliminate_dead_code` removes unused side-effect-free nodes.
 """
 
@@ -122,6 +126,60 @@ def fold_constants(gm: GraphModule) -> int:
     return folded
 
 
+def _is_pure(node: Node) -> bool:
+    """Whether two calls of ``node``'s op on the same arguments give the same value, and
+    sharing one result is safe (no random draw, no mutation of it or by it)."""
+    if node.op != "call_function" or _is_random(node):
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return False
+    if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        return False
+    return not any(
+        getattr(getattr(user.target, "_schema", None), "is_mutable", False) for user in node.users
+    )
+
+
+def _cse_key(node: Node) -> tuple | None:
+    """A hashable key of ``node``'s op and arguments, or None when an argument isn't one."""
+    try:
+        key = (node.target, _hashable(node.args), _hashable(node.kwargs))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _hashable(value):
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_hashable(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _hashable(v)) for k, v in sorted(value.items())))
+    if isinstance(value, float) and value != value:
+        raise TypeError("NaN never equals itself")
+    return (type(value).__name__, value)
+
+
+def eliminate_common_subexpressions(gm: GraphModule) -> int:
+    """Replace each pure node by an earlier node computing the same op on the same arguments."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    seen: dict[tuple, Node] = {}
+    merged = 0
+    for node in list(gm.graph.nodes):
+        if node in output.all_input_nodes or not _is_pure(node):
+            continue  # an output kept apart: the caller may get two tensors, not one twice
+        key = _cse_key(node)
+        if key is None:
+            continue
+        earlier = seen.setdefault(key, node)
+        if earlier is not node:
+            node.replace_all_uses_with(earlier)
+            gm.graph.erase_node(node)
+            merged += 1
+    return merged
+
+
 def eliminate_dead_code(gm: GraphModule) -> bool:
     return gm.graph.eliminate_dead_code()
 
@@ -129,6 +187,7 @@ def eliminate_dead_code(gm: GraphModule) -> bool:
 def run_passes(gm: GraphModule) -> GraphModule:
     remove_noop_ops(gm)
     fold_constants(gm)
+    eliminate_common_subexpressions(gm)
     eliminate_dead_code(gm)
     gm.recompile()
     return gm

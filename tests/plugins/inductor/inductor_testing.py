@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,3 +44,22 @@ def check(
 def kernel_count(compiled: CompiledGraph) -> int:
     """Number of C++ kernel functions in the generated source."""
     return compiled.artifact.cpp_source.count('extern "C" void kiln_')
+
+
+def live_storages(wrapper_source: str) -> list[int]:
+    """How many buffer storages the generated wrapper holds after each of its lines, followed
+    as Python runs them: a storage lives while any name is bound to it (``bufN = bufM`` and
+    ``_view(bufM, ...)`` share bufM's), inputs aside."""
+    storage_of: dict[str, int] = {}
+    counts = []
+    for line in wrapper_source.splitlines():
+        for statement in line.split("#")[0].split(";"):
+            statement = statement.strip()
+            if m := re.match(r"(buf\d+) = (.*)", statement):
+                shared = re.match(r"(?:_view\()?(buf\d+)\b", m.group(2))
+                new = storage_of[shared.group(1)] if shared else len(counts) * 100 + len(storage_of)
+                storage_of[m.group(1)] = new
+            elif m := re.match(r"del (buf\d+)", statement):
+                storage_of.pop(m.group(1), None)
+        counts.append(len(set(storage_of.values())))
+    return counts

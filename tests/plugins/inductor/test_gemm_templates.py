@@ -144,9 +144,11 @@ def test_epilogues_fuse_into_the_template_store(force, dtype):
         )
 
     args = [torch.randn(20, 40), torch.randn(24, 40), torch.randn(24), torch.randn(20, 24)]
-    compiled = gemm_check(fn, *(a.to(dtype) for a in args), templates=4)
+    # the two linear layers are one product (common subexpressions are merged): one
+    # template stores both its relu and its gelu
+    compiled = gemm_check(fn, *(a.to(dtype) for a in args), templates=3)
     assert kernels_called(compiled) == []  # every epilogue ran inside a template
-    assert clock.used == ["template"] * 4
+    assert clock.used == ["template"] * 3
 
 
 def test_epilogue_chain_over_a_3d_view_of_the_product(force):

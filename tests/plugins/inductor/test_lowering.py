@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from inductor_testing import aten_graph, check, compile_fn, kernel_count
+from inductor_testing import aten_graph, check, compile_fn, kernel_count, live_storages
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchkiln_inductor import graph as graph_module
@@ -407,3 +407,16 @@ def test_max_pool_backward_is_eager_s(
 
     compiled = check(backward, torch.randn_like(out), x, indices, cpu_backend=cpu_backend)
     assert not compiled.fallbacks
+
+
+def test_a_residual_stream_is_stored_so_each_block_output_dies_young():
+    """``h = h + block(h)`` read by the next block and the next add: inlined into both, each
+    sum would keep every earlier block's output alive until the chain was stored."""
+
+    def fn(h, w):
+        for _ in range(6):
+            h = h + torch.layer_norm(h, (16,)) @ w
+        return torch.layer_norm(h, (16,))
+
+    compiled = check(fn, torch.randn(32, 16), torch.randn(16, 16))
+    assert max(live_storages(compiled.artifact.wrapper_source)) <= 4

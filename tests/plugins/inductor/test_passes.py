@@ -1,9 +1,14 @@
-"""Graph passes: dead code, no-op ops, constant folding."""
+"""Graph passes: dead code, no-op ops, constant folding, common subexpressions."""
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchkiln_inductor.passes import eliminate_dead_code, fold_constants, remove_noop_ops
+from torchkiln_inductor.passes import (
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    fold_constants,
+    remove_noop_ops,
+)
 
 aten = torch.ops.aten
 
@@ -38,3 +43,39 @@ def test_constant_subgraph_is_folded():
     assert folded >= 1 and aten.exp.default not in targets(gm)
     x = torch.randn(6)
     torch.testing.assert_close(gm(x), fn(x))
+
+
+def test_a_mask_made_contiguous_for_every_layer_is_one_buffer():
+    """transformers hands each attention layer the same expanded mask; each call's
+    ``contiguous()`` is the same value, so the graph keeps one."""
+
+    def fn(q, mask):
+        mask = mask.expand(2, 1, 4, 4)
+        for _ in range(3):
+            q = q + torch.nn.functional.scaled_dot_product_attention(q, q, q, mask.contiguous())
+        return q
+
+    q, mask = torch.randn(2, 1, 4, 8), torch.randn(1, 1, 4, 4)
+    gm = make_fx(fn)(q, mask)
+    assert targets(gm).count(aten.clone.default) == 3
+    assert eliminate_common_subexpressions(gm) >= 2
+    gm.recompile()
+    assert targets(gm).count(aten.clone.default) == 1
+    torch.testing.assert_close(gm(q, mask), fn(q, mask))
+
+
+def test_random_ops_outputs_and_mutated_values_are_not_merged():
+    def fn(x):
+        a, b = torch.rand_like(x), torch.rand_like(x)  # two draws, not one
+        c = x.clone()
+        c.add_(1)  # a mutated value is not shared with another clone
+        return a + b + c + x.clone(), x.clone(), x.clone()
+
+    x = torch.randn(4)
+    gm = make_fx(fn)(x)
+    assert eliminate_common_subexpressions(gm) == 0
+    gm.recompile()
+    torch.manual_seed(0)
+    expected = fn(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(gm(x), expected)

@@ -4,7 +4,7 @@ import weakref
 
 import torch
 import torch.nn.functional as F
-from inductor_testing import check, compile_fn, kernel_count
+from inductor_testing import check, compile_fn, kernel_count, live_storages
 
 
 def chain(x, w, b, lw, lb):
@@ -79,6 +79,25 @@ def test_dead_buffers_are_reused():
     compiled = check(fn, torch.randn(16, 16), torch.randn(16, 16), rtol=1e-4, atol=1e-4)
     assert "# reuses" in compiled.artifact.wrapper_source
     assert "_view(" not in compiled.artifact.wrapper_source  # same layout: the tensor itself
+
+
+def test_a_reused_buffer_is_freed_after_its_last_reuse_dies():
+    """``b = a  # reuses a`` must unbind ``a``: else the storage outlives ``b``'s last
+    reader and every chain of reuses is held to the end of the call."""
+
+    def fn(x, w, w_out):
+        for _ in range(4):
+            x = torch.relu(x @ w)  # each relu's buffer reuses the one before
+        return torch.relu(x @ w_out)  # the chain's last buffer dies in this matmul
+
+    x, w, w_out = torch.randn(16, 16), torch.randn(16, 16), torch.randn(16, 8)
+    compiled = check(fn, x, w, w_out, rtol=1e-4, atol=1e-4)
+    source = compiled.artifact.wrapper_source
+    assert "# reuses" in source
+    lines = source.splitlines()
+    last_kernel = max(i for i, line in enumerate(lines) if "data_ptr()" in line)
+    # at the last kernel: the matmul's product and the result, nothing of the chain
+    assert live_storages(source)[last_kernel] == 2, source
 
 
 def test_dead_buffer_no_later_one_reuses_is_freed_where_it_dies():
