@@ -50,6 +50,9 @@ GPU_WARMUP_MS, GPU_REP_MS = 3, 15
 CPU_RUNS = 3
 #: light tuning: most timed launches of a candidate, and most milliseconds of them
 LIGHT_RUNS, LIGHT_RUN_MS = 5, 10.0
+#: GPU clock cycles a second of ``torch.cuda._sleep`` (an H100/H200 runs at up to 1.98 GHz;
+#: a slower clock only sleeps longer)
+SLEEP_CYCLES_PER_S = 2e9
 
 Launch = Callable[..., None]
 Benchmark = Callable[[Callable[[], None]], float]
@@ -204,7 +207,11 @@ def quick_gpu_median_ms(fn: Callable[[], None], device: torch.device) -> float:
     one: a light tuning can't spend ``do_bench``'s 18 ms per candidate on each of a graph's
     kernels. No L2 flush between launches (every candidate of a kernel meets the same warm
     cache): a flush buffer of twice the L2, allocated at the first call, raised the model's
-    peak memory (an MLP's inference on an H200: 226 MiB, against 138 without light tuning)."""
+    peak memory (an MLP's inference on an H200: 226 MiB, against 138 without light tuning).
+
+    The timed launches queue up behind a GPU sleep as long as the host takes to issue
+    them: else a kernel shorter than its launch's host time (tens of microseconds in
+    Python, more on a loaded host) is timed at the host's pace, and the winner is noise."""
     with torch.cuda.device(device):
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -216,10 +223,13 @@ def quick_gpu_median_ms(fn: Callable[[], None], device: torch.device) -> float:
             fn()
             end.record()
 
+        host_start = time.perf_counter()
         timed(*events[0])
+        host_s = time.perf_counter() - host_start
         events[0][1].synchronize()
         first_ms = events[0][0].elapsed_time(events[0][1])
         runs = events[1 : 1 + max(1, min(LIGHT_RUNS, int(LIGHT_RUN_MS / max(first_ms, 1e-3))))]
+        torch.cuda._sleep(int((2 * host_s * len(runs) + 50e-6) * SLEEP_CYCLES_PER_S))
         for start, end in runs:
             timed(start, end)
         torch.cuda.synchronize()

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from types import SimpleNamespace
 
@@ -451,8 +452,24 @@ def test_quick_gpu_benchmark_times_at_most_10_ms_of_launches():
         for _ in range(passes):
             x.mul_(1.0)
 
+    kernel(1)  # CUDA loads a kernel's module at its first launch: milliseconds
+    torch.cuda.synchronize()
+    launches.clear()
     assert quick_gpu_median_ms(lambda: kernel(1), x.device) > 0
     assert len(launches) == 6
     launches.clear()
     assert quick_gpu_median_ms(lambda: kernel(60), x.device) > 10
     assert len(launches) == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA launches")
+def test_quick_gpu_benchmark_times_the_kernel_not_the_host_that_launches_it():
+    """A kernel of microseconds whose launch takes the host half a millisecond: timed at
+    the host's pace, each run would take 0.5 ms."""
+    x = torch.ones(1024, device="cuda")
+
+    def slow_launch() -> None:
+        time.sleep(5e-4)
+        x.add_(1.0)
+
+    assert quick_gpu_median_ms(slow_launch, x.device) < 0.1
