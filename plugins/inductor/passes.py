@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch.fx import GraphModule, Node
 
@@ -132,7 +134,9 @@ def _is_pure(node: Node) -> bool:
     if node.op != "call_function" or _is_random(node):
         return False
     schema = getattr(node.target, "_schema", None)
-    if schema is not None and schema.is_mutable:
+    if schema is None:  # higher-order ops and plain callables: only ``getitem`` is known
+        return node.target is operator.getitem
+    if schema.is_mutable:
         return False
     if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
         return False
