@@ -1,21 +1,35 @@
 """The chain's kernel: each max-autotune candidate's time (TORCHKILN_LOGS=autotune), and the
 heuristic's, on the zoo's large size in bf16."""
-import sys, time, torch
+
+import sys
+
+import torch
+
 sys.path.insert(0, ".")
-from benchmarks.models import MODELS
 import torchkiln
+from benchmarks.models import MODELS
 
 built = MODELS["chain"].build("large")
 m = built.module.to(device="cuda", dtype=torch.bfloat16)
 x = built.inputs[0].to(device="cuda", dtype=torch.bfloat16)
+
+
 def bench(fn, n=200):
-    for _ in range(10): fn(x)
+    for _ in range(10):
+        fn(x)
     torch.cuda.synchronize()
     ts = []
     for _ in range(n):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(x); e.record(); e.synchronize(); ts.append(s.elapsed_time(e) * 1e3)
-    ts.sort(); return ts[len(ts) // 2]
+        s.record()
+        fn(x)
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
 with torch.no_grad():
     copy = bench(lambda t: t.clone())
     for mode in ("default", "max-autotune-no-cudagraphs"):
