@@ -16,6 +16,13 @@ convolution of the input by the output's gradient, batch and channels swapped
 (:func:`torchkiln_openvino.rewrites.convolution_backward`), 1.3-2.5x slower than torch's
 own at one thread on convnet's shapes (8x16x32x32 by 16x16x3x3: 1.01 against 0.41 ms);
 its input gradient runs 0.6-1.1x torch's time, and stays in OpenVINO.
+
+:func:`fused_when_large`: the backwards of softmax, layer norm and GELU stay whole (one
+torch kernel each, left to the next backend) on tensors of :data:`LARGE` elements or
+more. Decomposed, OpenVINO runs each as a reduction and an elementwise pass or two, at
+half torch's speed on such rows (a 4096x1024 softmax backward: 8.1 against 4.0 ms);
+below that, the partition switch (an OpenVINO call more, ~0.5 ms a cut in hf_bert's
+backward) costs more than the kernel saves.
 """
 
 from __future__ import annotations
@@ -29,6 +36,18 @@ aten = torch.ops.aten
 _TORCH_BATCH_NORM = get_decompositions([aten._native_batch_norm_legit_functional])[
     aten._native_batch_norm_legit_functional.default
 ]
+
+#: Elements from which a tensor's softmax, layer norm and GELU backward run in torch; so do
+#: a training layer norm (:func:`torchkiln_openvino.rewrites.expands`), softmaxes and sums
+#: (:data:`torchkiln_openvino.ops.TORCH_FASTER_WHEN_LARGE`)
+LARGE = 1 << 20
+
+#: The backward ops :func:`fused_when_large` keeps whole on large tensors
+FUSED_BACKWARDS = (
+    aten._softmax_backward_data.default,
+    aten.native_layer_norm_backward.default,
+    aten.gelu_backward.default,
+)
 
 
 def batch_norm_training(
@@ -97,9 +116,23 @@ def convolution_backward(
     return grad_input, grad_weight, grad_bias
 
 
+def fused_when_large(decomposition):
+    """``decomposition`` of a backward op whose first argument is the gradient, on tensors
+    under :data:`LARGE` elements; ``NotImplemented`` (the op kept whole) from there on."""
+
+    def decompose(grad, *args, **kwargs):
+        if grad.numel() >= LARGE:
+            return NotImplemented
+        return decomposition(grad, *args, **kwargs)
+
+    return decompose
+
+
 def table() -> dict:
     """The decompositions above, by the overload each replaces."""
+    torch_own = get_decompositions(list(FUSED_BACKWARDS))
     return {
         aten._native_batch_norm_legit_functional.default: batch_norm_training,
         aten.convolution_backward.default: convolution_backward,
+        **{op: fused_when_large(torch_own[op]) for op in FUSED_BACKWARDS},
     }

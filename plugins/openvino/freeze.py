@@ -85,8 +85,8 @@ class FrozenGraph:
         self.weights = tuple(weights)
         self.compile_model = compile_model
         self.refreezes = 0
-        # (stamp, graph, positions of the graph's inputs): swapped whole, read without the lock
-        self._state: tuple[_Stamp | None, OpenVINOGraph, tuple[int, ...]] | None = None
+        # (stamp, graph): swapped whole, read without the lock
+        self._state: tuple[_Stamp | None, OpenVINOGraph] | None = None
         self._lock = threading.Lock()
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
@@ -95,8 +95,7 @@ class FrozenGraph:
             state[0] is not None and not state[0].matches([args[k] for k in self.weights])
         ):
             state = self._compile(args)
-        _, graph, inputs = state
-        return graph(*[args[k] for k in inputs])
+        return state[1](*args)
 
     def _compile(self, args: Sequence[torch.Tensor]) -> tuple:
         with self._lock:
@@ -112,14 +111,13 @@ class FrozenGraph:
                     "as inputs from now on (freeze_weights suits weights that stay put)",
                     self.refreezes,
                 )
-                inputs = tuple(range(len(args)))
                 graph = OpenVINOGraph(self.compile_model(self.model), self.gm)
-                self._state = None, graph, inputs
+                self._state = None, graph
                 return self._state
             if state is not None:
                 logs.artifact("recompiles", "openvino: a frozen weight changed; compiling again")
-            inputs = tuple(k for k in range(len(args)) if k not in self.weights)
+            feeds = tuple(k for k in range(len(args)) if k not in self.weights)
             folded = fold(self.model, dict(zip(self.weights, weights)))
-            graph = OpenVINOGraph(self.compile_model(folded), self.gm)
-            self._state = _Stamp(weights), graph, inputs
+            graph = OpenVINOGraph(self.compile_model(folded), self.gm, feeds=feeds)
+            self._state = _Stamp(weights), graph
             return self._state

@@ -14,6 +14,11 @@ an ungrouped convolution's). On top of the table:
   (:mod:`torchkiln_openvino.rewrites`);
 * a convolution's weight gradient runs in torch, faster there (the AOT layer traces it
   apart from the input's gradient, which OpenVINO runs);
+* so do softmaxes and sums of :data:`~torchkiln_openvino.decompositions.LARGE` elements
+  or more (:data:`TORCH_FASTER_WHEN_LARGE`): OpenVINO's took 1.5-2x torch's time at one
+  thread, more than the partition switch costs at that size (a large layer norm whose
+  statistics a training graph reads, and the backwards of softmax, layer norm and GELU,
+  run in torch as well: :mod:`torchkiln_openvino.decompositions`);
 * random ops run in torch, so that a seed gives eager's numbers (the frontend's
   ``native_dropout`` is wrong in training, too);
 * OpenVINO reads host memory: nodes on another device are not taken;
@@ -34,6 +39,7 @@ from torch.utils._pytree import tree_leaves
 from torchkiln.exc import InvalidOptionError
 from torchkiln.plugin import Capabilities
 from torchkiln_openvino import rewrites
+from torchkiln_openvino.decompositions import LARGE
 
 #: The element types OpenVINO tensors share with torch (complex and float8 are not run).
 DTYPES = frozenset(
@@ -60,6 +66,15 @@ aten = torch.ops.aten
 #: ties between equal values otherwise than torch: their indices would send gradients
 #: elsewhere than eager does.
 ALL_OUTPUTS = frozenset({aten.var_mean.correction, aten.split_with_sizes.default, aten.unbind.int})
+
+
+#: Ops whose OpenVINO kernels take longer than torch's on tensors of
+#: :data:`~torchkiln_openvino.decompositions.LARGE` elements or more, at one thread: by more
+#: than a partition switch costs at that size
+TORCH_FASTER_WHEN_LARGE = {
+    aten._softmax.default: "a softmax",  # 4096x1024: 7.2 against 4.9 ms; 1024x1024: 1.7, 1.0
+    aten.sum.dim_IntList: "a sum",  # 4096x1024 over dim 0: 2.6 against 1.4 ms
+}
 
 
 @functools.cache
@@ -102,8 +117,10 @@ def is_disabled(node: fx.Node, off: frozenset) -> bool:
     return node.target in off or getattr(node.target, "overloadpacket", None) in off
 
 
-def supports(node: fx.Node) -> bool | str:
-    """Whether OpenVINO runs ``node`` (its op being in the table), else why not."""
+def supports(node: fx.Node, torch_when_large: bool = True) -> bool | str:
+    """Whether OpenVINO runs ``node`` (its op being in the table), else why not;
+    ``torch_when_large``: whether :data:`TORCH_FASTER_WHEN_LARGE` applies (float32 graphs:
+    OpenVINO's bfloat16 and float16 kernels move half the bytes)."""
     values = [v for v in tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
     devices = {v.device.type for v in values} - {"cpu"}
     if devices:
@@ -118,13 +135,24 @@ def supports(node: fx.Node) -> bool | str:
         )
     if is_weight_gradient(node):
         return "a convolution's weight gradient: torch's own is faster than OpenVINO's"
+    if torch_when_large and node.target in TORCH_FASTER_WHEN_LARGE and _large(node.args[0]):
+        return f"{TORCH_FASTER_WHEN_LARGE[node.target]} of a large tensor: torch's is faster"
     if _draws_random_numbers(node):
         return "a random op: torch draws its numbers, so that a seed gives eager's"
     if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:
         used = {user.args[1] for user in node.users if user.target is operator.getitem}
         if len(used) != len(node.users) or (used - {0} and not rewrites.expands(node)):
+            if node.target is aten.native_layer_norm.default and _large(node.args[0]):
+                return (
+                    "a large layer norm whose statistics the graph reads: torch computes "
+                    "them with the norm, OpenVINO in three more passes"
+                )
             return "the graph reads outputs besides output 0, which OpenVINO does not convert"
     return True
+
+
+def _large(node: fx.Node) -> bool:
+    return node.meta["val"].numel() >= LARGE
 
 
 def is_weight_gradient(node: fx.Node) -> bool:
@@ -151,18 +179,20 @@ def _draws_random_numbers(node: fx.Node) -> bool:
 def capabilities(compile_partition, decompositions, check_options, codec=None) -> Capabilities:
     """The backend's capabilities; ``configure`` checks the options (``check_options``:
     before any partition is compiled, whose errors would send it to the next backend) and
-    applies ``disabled_ops``. ``codec`` stores compiled graphs in the plan cache."""
+    applies ``disabled_ops`` and ``precision``. ``codec`` stores compiled graphs in the
+    plan cache."""
 
     def configure(options: Mapping[str, Any]) -> Capabilities:
         check_options(options)
         off = disabled(options.get("disabled_ops", ()))
-        if not off:
+        torch_when_large = options.get("precision", "f32") == "f32"
+        if not off and torch_when_large:
             return base
 
         def supports_unless_disabled(node: fx.Node) -> bool | str:
             if is_disabled(node, off):
                 return "named in its option disabled_ops"
-            return supports(node)
+            return supports(node, torch_when_large)
 
         return Capabilities(
             compile_partition, frontend_ops(), supports_unless_disabled, decompositions, codec=codec

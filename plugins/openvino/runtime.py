@@ -123,6 +123,18 @@ def _references(buffer: torch.Tensor) -> tuple[int, int]:
 UNREFERENCED = _references(torch.empty(1))
 
 
+def saved_outputs(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """The model outputs (:func:`torchkiln_openvino.rewrites.model_outputs`) of a training
+    forward that it saves for the backward: the AOT layer counts the outputs before them
+    (``meta["num_user_outputs"]``), and takes them in any strides (none in a graph the
+    core partitioned: its outputs lack the count)."""
+    users = gm.meta.get("num_user_outputs")
+    if users is None:
+        return frozenset()
+    positions = rewrites.model_outputs(gm)
+    return frozenset(i for i, position in enumerate(positions) if position >= users)
+
+
 class OpenVINOGraph:
     """``graph(*flat_tensors) -> list`` running one compiled OpenVINO model."""
 
@@ -131,14 +143,13 @@ class OpenVINOGraph:
         compiled: ov.CompiledModel,
         gm: torch.fx.GraphModule,
         channels_last: frozenset[int] = frozenset(),
+        feeds: tuple[int, ...] | None = None,
     ):
         """``channels_last``: the model's outputs it gives in NHWC order (see
-        :func:`slow_reorders`)."""
-        repeats = rewrites.repeated_outputs(gm)
-        nodes = [
-            n for p, n in enumerate(tree_leaves(gm.graph.output_node().args[0])) if p not in repeats
-        ]
-        values = [n.meta["val"] for n in nodes]
+        :func:`slow_reorders`); ``feeds``: the graph's inputs the model takes, by position
+        (all of them if ``None``; a frozen graph's model takes no weights)."""
+        leaves = tree_leaves(gm.graph.output_node().args[0])
+        values = [leaves[p].meta["val"] for p in rewrites.model_outputs(gm)]
         if len(values) != len(compiled.outputs):
             raise KilnError(
                 f"OpenVINO compiled {len(compiled.outputs)} outputs of a graph with "
@@ -151,8 +162,9 @@ class OpenVINOGraph:
                     f"OpenVINO made output {i} of shape {port.get_partial_shape()}, torch's "
                     f"is {list(shape)}: the frontend converted an op wrongly"
                 )
-        inputs = frozenset(i for i, n in enumerate(nodes) if n.op == "placeholder")
-        self._bind(compiled, values, inputs, channels_last, repeats)
+        repeats, returned = rewrites.repeated_outputs(gm), rewrites.returned_inputs(gm)
+        self._bind(compiled, values, channels_last, repeats, returned, saved_outputs(gm))
+        self.feeds = feeds
 
     @classmethod
     def restored(cls, compiled: ov.CompiledModel, **layout) -> OpenVINOGraph:
@@ -167,29 +179,41 @@ class OpenVINOGraph:
         """What :meth:`restored` needs besides the compiled model (the plan cache stores it)."""
         return {
             "values": self.values,
-            "inputs": self.inputs,
             "channels_last": self.channels_last,
             "repeats": self.repeats,
+            "returned": self.returned,
+            "saved": self.saved,
         }
 
     def _bind(
         self,
         compiled: ov.CompiledModel,
         values: list[torch.Tensor],
-        inputs: frozenset[int],
         channels_last: frozenset[int],
         repeats: dict[int, int],
+        returned: dict[int, int],
+        saved: frozenset[int],
     ) -> None:
-        """``values``, ``inputs`` and ``channels_last`` are the model's outputs: their
-        layouts, those the FX graph returns as its inputs (placeholders), those given in
-        NHWC order; ``repeats``, the FX graph's outputs that repeat an earlier one."""
+        """``values``, ``channels_last`` and ``saved`` are the model's outputs: their
+        layouts, those given in NHWC order, those :func:`saved_outputs` (any strides will
+        do); ``repeats`` and ``returned``, the FX graph's outputs the model does not give
+        (:func:`torchkiln_openvino.rewrites.model_outputs`): by position, the earlier
+        output each repeats, the input each is."""
         self.compiled = compiled
+        self.feeds = None
         self.values = [
             torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") for v in values
         ]
-        self.inputs = inputs
         self.channels_last = channels_last
-        self.repeats = dict(sorted(repeats.items()))
+        self.repeats = repeats
+        self.returned = returned
+        self.saved = saved
+        #: (position, source, whether the source is an input), by position: filled in order,
+        #: an earlier output is in place when a repeat of it is
+        self.fills = sorted(
+            [(p, k, True) for p, k in returned.items()]
+            + [(p, first, False) for p, first in repeats.items() if p not in returned]
+        )
         self.passthrough = passthrough_outputs(compiled)
         self.computed = [
             (i, tuple(v.permute(NHWC).shape if i in channels_last else v.shape), v.dtype)
@@ -197,12 +221,14 @@ class OpenVINOGraph:
             if i not in self.passthrough
         ]
         # Outputs eager lays out densely but otherwise than contiguously (a transpose), and
-        # the channels-last ones: copied into eager's strides, from the buffer's order.
+        # the channels-last ones: copied into eager's strides, from the buffer's order. A
+        # saved value stays contiguous: the backward graph, compiled with the strides it
+        # gets, takes it as it is (in eager's strides, OpenVINO would copy it back).
         self.copied = {
             i: (tuple(v.stride()), NCHW if i in channels_last else None)
             for i, v in enumerate(values)
             if i not in self.passthrough
-            and (i in channels_last or not v.is_contiguous())
+            and (i in channels_last or (not v.is_contiguous() and i not in saved))
             and is_non_overlapping_and_dense_or_false(v)
         }
         self._local = threading.local()
@@ -223,22 +249,26 @@ class OpenVINOGraph:
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         request = self.request()
         bound, staged, buffers = self._local.bound, self._local.staged, self._local.buffers
-        for i, arg in enumerate(args):
-            if arg.device.type != "cpu":
+        feeds = args if self.feeds is None else [args[k] for k in self.feeds]
+        # ~0.5 us an input when nothing is bound (``is_cpu``, not ``device.type``: 1 us; no
+        # ``detach`` but to bind: 1.2 us), hf_bert's training step has 100
+        for i, arg in enumerate(feeds):
+            if not arg.is_cpu:
                 raise KilnError(
                     f"the openvino backend runs on host memory; input {i} is on {arg.device}"
                 )
             if arg.is_contiguous():
-                source = arg.detach()
+                source = arg
             else:  # copied into a buffer of this input's own, bound once
                 if staged[i] is None:
                     staged[i] = torch.empty(arg.shape, dtype=arg.dtype)
                 source = staged[i].copy_(arg)
             # OpenVINO reads the memory at the bound address when it runs, and shapes and
             # dtypes are static: an input at that address needs no new binding
-            if bound[i] != source.data_ptr():
-                request.set_input_tensor(i, shared(source))
-                bound[i] = source.data_ptr()
+            address = source.data_ptr()
+            if bound[i] != address:
+                request.set_input_tensor(i, shared(source.detach()))
+                bound[i] = address
         outputs: list = [None] * len(self.compiled.outputs)
         for j, (i, shape, dtype) in enumerate(self.computed):
             if buffers[j] is None or _references(buffers[j]) != UNREFERENCED:
@@ -248,15 +278,14 @@ class OpenVINOGraph:
         # share_outputs: the results are already in ``outputs``; the default would copy
         # every output into a numpy array of its own, only to be thrown away
         request.infer(share_outputs=True)
-        for i, k in self.passthrough.items():
-            # The graph's own input is that input, as eager has it (a training graph's
-            # forward returns those it saves for the backward: weights, copied every step
-            # otherwise); an alias of it is a copy, as all results are.
-            outputs[i] = args[k] if i in self.inputs else args[k].detach().clone()
+        for i, k in self.passthrough.items():  # an alias of an input: a copy, as all results are
+            outputs[i] = feeds[k].detach().clone()
         for i, (stride, order) in self.copied.items():
             result = outputs[i] if order is None else outputs[i].permute(order)
             fresh = torch.empty_strided(result.shape, stride, dtype=result.dtype)
             outputs[i] = fresh.copy_(result)
-        for position, first in self.repeats.items():  # an alias, as eager's
-            outputs.insert(position, outputs[first].detach())
+        for position, source, is_input in self.fills:
+            # The graph's own input is that input, as eager has it (a training graph's
+            # forward returns the weights it saves for the backward); a repeat, an alias.
+            outputs.insert(position, args[source] if is_input else outputs[source].detach())
         return outputs

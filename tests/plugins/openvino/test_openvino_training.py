@@ -1,6 +1,6 @@
 """What makes openvino training steps cheap, each against eager: layer norm statistics,
 outputs that repeat one another, booleans, buffers written again, graphs left to torch,
-channels-last outputs."""
+channels-last outputs, eltwise kernels."""
 
 from __future__ import annotations
 
@@ -91,12 +91,32 @@ def test_an_output_returned_twice_comes_back_as_an_alias():
 
 
 def test_an_input_returned_as_it_is_is_that_input():
-    """A training graph's forward returns the weights it saves for the backward."""
+    """A training graph's forward returns the weights it saves for the backward: the model
+    does not (OpenVINO would copy each into an output buffer)."""
     x = torch.randn(4, 3)
-    compiled = compile_aten_graph(make_fx(lambda x: (x, aten.mul.Tensor(x, 2)))(x), [x])
-    same, double = compiled(x)
-    assert same is x
-    torch.testing.assert_close(double, x * 2, rtol=0, atol=0)
+    compiled = compile_aten_graph(make_fx(lambda x: (x, aten.mul.Tensor(x, 2), x))(x), [x])
+    assert len(compiled.compiled.outputs) == 1
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        same, double, again = compiled(x)
+        assert same is x and again is x
+        torch.testing.assert_close(double, x * 2, rtol=0, atol=0)
+
+
+def test_saved_values_stay_in_openvinos_layout():
+    """A training forward's outputs past ``meta["num_user_outputs"]`` are saved for the
+    backward, which takes any strides: a transposed one stays contiguous, where a user's
+    output gets eager's strides."""
+
+    def fn(x):
+        return aten.t.default(aten.mul.Tensor(x, 2)), aten.t.default(aten.mul.Tensor(x, 3))
+
+    x = torch.randn(4, 3)
+    gm = make_fx(fn)(x)
+    gm.meta["num_user_outputs"] = 1
+    user, saved = compile_aten_graph(gm, [x])(x)
+    assert user.stride() == (1, 3) and saved.is_contiguous()
+    torch.testing.assert_close([user, saved], list(fn(x)), rtol=0, atol=0)
 
 
 def test_booleans_go_in_and_out_as_bytes():
@@ -134,8 +154,9 @@ def test_output_buffers_are_written_again_only_when_nothing_holds_them():
     [
         (lambda x: (aten.alias.default(aten.alias.default(x)), aten.t.default(x)), [(4, 3)]),
         (lambda n: (aten.add.Tensor(n, 1),), []),  # a batch norm's num_batches_tracked + 1
+        (lambda x: ((aten.mul.Tensor(x, 2), x)[1],), [(4, 3)]),  # the model would give nothing
     ],
-    ids=["views", "integer-scalars"],
+    ids=["views", "integer-scalars", "inputs-alone"],
 )
 def test_graphs_an_openvino_call_would_only_slow_run_in_torch(fn, inputs):
     args = [torch.randn(s) for s in inputs] or [torch.tensor(3)]
@@ -210,3 +231,24 @@ def test_training_batch_norm_is_one_scale_and_shift():
     assert full == [aten.mul.Tensor, aten.add.Tensor]
     expected = aten._native_batch_norm_legit_functional.default(x, w, b, mean, var, True, 0.1, 1e-5)
     torch.testing.assert_close(list(gm(x, w, b, mean, var)), list(expected), **F32)
+
+
+def test_graphs_without_convolutions_run_eltwise_kernels_not_snippets():
+    """OpenVINO's eltwise kernels cost less than its snippets subgraphs but around
+    convolutions, where they run planar behind slow reorders."""
+
+    def layer_types(fn, *args):
+        graph = compile_aten_graph(make_fx(fn)(*args), list(args))
+        ops = graph.compiled.get_runtime_model().get_ordered_ops()
+        return {op.get_rt_info()["layerType"].astype(str) for op in ops}
+
+    x = torch.randn(8, 64)
+    pointwise = layer_types(lambda x: aten.gelu.default(aten.mul.Tensor(x, x)), x)
+    assert "Subgraph" not in pointwise and "Eltwise" in pointwise
+    x, w = torch.randn(2, 16, 8, 8), torch.randn(16, 16, 3, 3)
+
+    def conv_gelu(x, w):
+        y = aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return aten.gelu.default(aten.mul.Tensor(y, y))
+
+    assert "Subgraph" in layer_types(conv_gelu, x, w)

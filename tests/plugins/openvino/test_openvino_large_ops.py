@@ -1,0 +1,113 @@
+"""Ops left to torch on large tensors, where its kernels beat OpenVINO's by more than a
+partition switch costs (``decompositions.LARGE``): a training layer norm with its
+statistics, softmax, sums, and the backwards of softmax, layer norm and GELU."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+
+pytest.importorskip("openvino", reason="openvino is not installed")
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import torchkiln
+from torchkiln import logs
+from torchkiln_openvino import decompositions, ops
+from torchkiln_openvino.plugin import capabilities
+
+aten = torch.ops.aten
+F32 = {"rtol": 1e-4, "atol": 1e-4}
+
+
+class Chain(nn.Module):
+    """``softmax(layer_norm(gelu(x * w + b)))``, the zoo's chain."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(width))
+        self.b = nn.Parameter(torch.randn(width))
+
+    def forward(self, x):
+        y = F.gelu(x * self.w + self.b)
+        return torch.softmax(F.layer_norm(y, y.shape[-1:]), dim=-1)
+
+
+def train_step(caplog, rows: int) -> str:
+    """One training step of a 1024-wide chain of ``rows`` rows, checked against eager; the
+    partition plans."""
+    torch.manual_seed(0)
+    model = Chain(1024)
+    twin = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend="openvino")
+    x = torch.randn(rows, 1024)
+    logs.set_logs("partitions")
+    try:
+        with caplog.at_level(logging.INFO, logger="torchkiln"):
+            loss = compiled(x).square().mean()
+            loss.backward()
+    finally:
+        logs.set_logs("")
+    expected = twin(x).square().mean()
+    expected.backward()
+    torch.testing.assert_close(loss, expected, **F32)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **F32)
+    return caplog.text
+
+
+def test_a_large_chain_runs_its_norm_softmax_sums_and_backwards_in_torch(caplog):
+    text = train_step(caplog, decompositions.LARGE // 1024)
+    assert "a large layer norm whose statistics the graph reads" in text
+    assert "a softmax of a large tensor" in text
+    assert "a sum of a large tensor" in text
+    for kept in ("_softmax_backward_data", "native_layer_norm_backward", "gelu_backward"):
+        assert f"{kept}.default: openvino: not among its ops" in text
+
+
+def test_a_small_chain_runs_in_openvino_whole(caplog):
+    text = train_step(caplog, 8)
+    assert "forward graph: 1 partition (openvino: 1)" in text
+    assert "backward graph: 1 partition (openvino: 1)" in text
+
+
+@pytest.mark.parametrize("op", decompositions.FUSED_BACKWARDS, ids=lambda op: op.__name__)
+def test_fused_backwards_decompose_only_below_large(op):
+    table = decompositions.table()
+    small, large = torch.randn(4, 8), torch.randn(decompositions.LARGE // 8, 8)
+    arguments = {
+        aten._softmax_backward_data.default: lambda g: (g, torch.softmax(g, -1), -1, g.dtype),
+        aten.native_layer_norm_backward.default: lambda g: (
+            g,
+            g,
+            [8],
+            g.mean(-1, keepdim=True),
+            g.var(-1, keepdim=True).add(1e-5).rsqrt(),
+            None,
+            None,
+            [True, False, False],
+        ),
+        aten.gelu_backward.default: lambda g: (g, g),
+    }[op]
+    assert table[op](*arguments(large)) is NotImplemented
+    traced = make_fx(table[op])(*arguments(small))
+    assert op not in {n.target for n in traced.graph.nodes}
+    torch.testing.assert_close(traced(*arguments(small)), op(*arguments(small)), **F32)
+
+
+def test_lower_precisions_run_large_softmaxes_in_openvino():
+    """OpenVINO's bfloat16 and float16 kernels move half the bytes of torch's float32."""
+    x = torch.randn(decompositions.LARGE // 1024, 1024)
+    node = next(
+        n
+        for n in make_fx(lambda x: aten._softmax.default(x, -1, False))(x).graph.nodes
+        if n.op == "call_function"
+    )
+    assert "softmax of a large tensor" in ops.supports(node)
+    lower = capabilities().configure({"precision": "bf16"})
+    assert lower.supports(node) is True
