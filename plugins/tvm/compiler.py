@@ -75,6 +75,7 @@ def compile_aten_graph(
     tuning_time_budget_s: float | None = None,
     default_schedule: bool = True,
     extern_ops: bool = True,
+    fast_math: bool = True,
 ) -> Callable:
     """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``.
 
@@ -82,7 +83,9 @@ def compile_aten_graph(
     (:mod:`torchkiln_tvm.tuning`, records in ``cache_dir``, at most
     ``tuning_time_budget_s`` seconds of tuning a graph), and ``default_schedule`` the
     others with a fixed loop order and vectorization (:mod:`torchkiln_tvm.schedule`);
-    ``extern_ops`` has the matmuls and convolutions of a CPU graph call torch's kernels.
+    ``extern_ops`` has the matmuls and convolutions of a CPU graph call torch's kernels;
+    ``fast_math``, its float32 ``exp``, ``tanh`` and ``erf`` are polynomials
+    (:mod:`torchkiln_tvm.fastmath`).
     """
     device = graph_device(gm)
     tvm_target = targets.resolve(target, device)
@@ -99,9 +102,13 @@ def compile_aten_graph(
                     trials=tuning_trials,
                     time_budget_s=tuning_time_budget_s,
                     cache_dir=cache_dir,
+                    fast_math=fast_math,
                 )
             pipeline = schedule.cpu_pipeline(
-                tvm_target, database=database, default_schedule=default_schedule
+                tvm_target,
+                database=database,
+                default_schedule=default_schedule,
+                fast_math=fast_math,
             )
             executable = tvm.compile(mod, target=tvm_target, relax_pipeline=pipeline)
         else:

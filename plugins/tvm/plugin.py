@@ -5,9 +5,10 @@ The backend declares its capabilities (the aten ops with a converter,
 with the AOT layer, partitions them, and calls ``compile_aten_graph`` on each part TVM
 converts; the rest (backward convolutions, pooling backward, random ops, ...) runs
 with the next backend of the chain (``backend=["tvm", "inductor"]``; eager when tvm is
-named alone). Tagged experimental: its CPU code is slower than eager's, with the default
-schedule (``torchkiln_tvm.schedule``) or tuned by MetaSchedule (``mode="max-autotune"``,
-``torchkiln_tvm.tuning``).
+named alone). Tagged experimental: its CPU code, with the default schedule
+(``torchkiln_tvm.schedule``) or tuned by MetaSchedule (``mode="max-autotune"``,
+``torchkiln_tvm.tuning``), is at eager's speed on the zoo's geomean but slower on some
+models, and its CUDA path is untested.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ OPTIONS = (
         "on CPU, have matmuls (mm, bmm, addmm) and convolutions call torch's own kernels "
         "(MKL / oneDNN; the TVM wheel has no BLAS) from the compiled module; False: TVM's "
         "own loops, scheduled or tuned like the other kernels",
+        type=bool,
+    ),
+    Option(
+        "fast_math",
+        True,
+        "on CPU, compute float32 exp, tanh, erf (softmax, GELU, SiLU, sigmoid) as vectorized "
+        "polynomials, within 3 ulp of torch's, instead of one libm call a vector lane",
         type=bool,
     ),
     Option(

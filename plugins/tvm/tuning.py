@@ -33,9 +33,8 @@ from torchkiln import counters
 from torchkiln.exc import BackendUnavailable, KilnError
 from torchkiln.plugin import private_cache_dir, scratch_dir
 from torchkiln_tvm.measure import Deadline, SerializingBuilder, WorkerRunner
-from torchkiln_tvm.schedule import LoopOrder
+from torchkiln_tvm.schedule import LoopOrder, kernel_passes
 from tvm import s_tir
-from tvm.relax.backend.cpu_generic import pipeline as cpu
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -108,6 +107,7 @@ def tuned_records(
     trials: int,
     time_budget_s: float | None,
     cache_dir: str | None,
+    fast_math: bool = True,
 ) -> tuple[ms.database.Database, tvm.target.Target]:
     """The records of ``mod``'s kernels after tuning those that have none, and the target
     they are for (``target`` with ``num-cores``): what the build looks its kernels up in."""
@@ -119,7 +119,7 @@ def tuned_records(
         )
     target = tuning_target(target)
     database = ms.database.JSONDatabase(work_dir=str(records_dir(cache_dir)))
-    tasks = ms.relax_integration.extract_tasks(fused(mod, target), target)
+    tasks = ms.relax_integration.extract_tasks(fused(mod, target, fast_math), target)
     tasks = [t for t in tasks if reduces(t.dispatched[0]["main"])]
     untuned = [t for t in tasks if not database.has_workload(t.dispatched[0])]
     counters["tvm"]["kernels_from_records"] += len(tasks) - len(untuned)
@@ -149,13 +149,12 @@ def reduces(func: tvm.tirx.PrimFunc) -> bool:
     return False
 
 
-def fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+def fused(mod: tvm.IRModule, target: tvm.target.Target, fast_math: bool = True) -> tvm.IRModule:
     """``mod`` with its fused TIR kernels: the passes the build runs before it looks the
-    kernels up in the database (:func:`torchkiln_tvm.schedule.cpu_pipeline`), so that the
+    kernels up in the database (:func:`torchkiln_tvm.schedule.kernel_passes`), so that the
     tuned kernels are the ones it looks up."""
-    passes = [*cpu.library_dispatch_passes(target), *cpu.legalize_passes(target)]
     with target:
-        return tvm.transform.Sequential(passes)(mod)
+        return tvm.transform.Sequential(kernel_passes(target, fast_math=fast_math))(mod)
 
 
 def tune(

@@ -27,6 +27,7 @@ def test_tvm_is_listed_experimental_with_its_options():
         "opt_level",
         "default_schedule",
         "extern_ops",
+        "fast_math",
         "cache_dir",
         "tuning_trials",
         "tuning_time_budget_s",
