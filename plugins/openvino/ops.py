@@ -139,6 +139,9 @@ def supports(node: fx.Node, torch_when_large: bool = True) -> bool | str:
         return f"{TORCH_FASTER_WHEN_LARGE[node.target]} of a large tensor: torch's is faster"
     if _draws_random_numbers(node):
         return "a random op: torch draws its numbers, so that a seed gives eager's"
+    wrong = converted_wrongly(node)
+    if wrong:
+        return wrong
     if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:
         used = {user.args[1] for user in node.users if user.target is operator.getitem}
         if len(used) != len(node.users) or (used - {0} and not rewrites.expands(node)):
@@ -149,6 +152,37 @@ def supports(node: fx.Node, torch_when_large: bool = True) -> bool | str:
                 )
             return "the graph reads outputs besides output 0, which OpenVINO does not convert"
     return True
+
+
+def converted_wrongly(node: fx.Node) -> str | None:
+    """Why OpenVINO (2026.4) would compute ``node`` wrongly, found by the conformance kit's
+    op sweep; None where it does not."""
+    if node.target in (aten.var.correction, aten.var_mean.correction):
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if dims is None:
+            return "a variance over every dimension: OpenVINO's ignores the correction"
+    if node.target is aten.repeat.default and not node.args[1]:
+        return "a repeat with no repeats: OpenVINO's returns uninitialized memory"
+    if node.target is aten.abs.default and not _reads_inputs(node.args[0]):
+        return (
+            "abs of a value computed from constants alone: OpenVINO's optimizer drops it "
+            "(abs(arange(-2, 1)) came back as arange(-2, 1): reflection padding's indices)"
+        )
+    return None
+
+
+def _reads_inputs(node: fx.Node) -> bool:
+    """Whether ``node`` depends on a graph input (or a weight), not on constants alone."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n.op in ("placeholder", "get_attr"):
+            return True
+        for arg in n.all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                todo.append(arg)
+    return False
 
 
 def _large(node: fx.Node) -> bool:
