@@ -183,6 +183,16 @@ def _compare(fn: Callable) -> Converter:
     return convert
 
 
+def _logical(fn: Callable) -> Converter:
+    """A logical op, on its operands' truth values (Relax's keep their dtype: on floats,
+    a float result, where torch's is bool)."""
+
+    def convert(cx: Context, node: fx.Node) -> relax.Expr:
+        return fn(cx.tensor(node.args[0], torch.bool), cx.tensor(node.args[1], torch.bool))
+
+    return convert
+
+
 def _unary(fn: Callable) -> Converter:
     """A unary op computed in the node's dtype (integers promoted as torch does)."""
 
@@ -217,11 +227,14 @@ for _ops, _fn in (
     ((aten.le.Tensor, aten.le.Scalar), R.less_equal),
     ((aten.gt.Tensor, aten.gt.Scalar), R.greater),
     ((aten.ge.Tensor, aten.ge.Scalar), R.greater_equal),
-    ((aten.logical_and.default,), R.logical_and),
-    ((aten.logical_or.default,), R.logical_or),
-    ((aten.logical_xor.default,), R.logical_xor),
 ):
     converts(*_ops)(_compare(_fn))
+for _op, _fn in (
+    (aten.logical_and.default, R.logical_and),
+    (aten.logical_or.default, R.logical_or),
+    (aten.logical_xor.default, R.logical_xor),
+):
+    converts(_op)(_logical(_fn))
 for _op, _fn in (
     (aten.exp.default, R.exp),
     (aten.log.default, R.log),

@@ -22,7 +22,10 @@ def pointwise(x, y):
     g = F.hardtanh(y) + x.clamp(-0.5, 0.5) + y.clamp(min=0) + torch.reciprocal(y.abs() + 1)
     h = torch.where(x > y, x, y) + (x >= 0).float() - (y != x).float() + (x < 1) * (y <= 2)
     i = torch.remainder(x, 0.7) + torch.div(x, 0.3, rounding_mode="floor") - 1 - x
-    return a + b + c + d + e + f + g + h + i
+    # logical ops on floats: their truth values (0.25 is true), a bool result
+    j = torch.logical_and(x.round(), y * 0.25).float() + torch.logical_or(x.round(), 0 * y)
+    j = j + torch.logical_xor(x.round(), y.round()).float()
+    return a + b + c + d + e + f + g + h + i + j
 
 
 def integers(n, m):
