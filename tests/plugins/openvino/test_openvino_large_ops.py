@@ -4,9 +4,6 @@ statistics, softmax, sums, and the backwards of softmax, layer norm and GELU."""
 
 from __future__ import annotations
 
-import copy
-import logging
-
 import pytest
 
 pytest.importorskip("openvino", reason="openvino is not installed")
@@ -16,8 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import torchkiln
-from torchkiln import logs
+from tests.plugins.openvino.ov_checks import train_compared
 from torchkiln_openvino import decompositions, ops
 from torchkiln_openvino.plugin import capabilities
 
@@ -42,23 +38,7 @@ def train_step(caplog, rows: int) -> str:
     """One training step of a 1024-wide chain of ``rows`` rows, checked against eager; the
     partition plans."""
     torch.manual_seed(0)
-    model = Chain(1024)
-    twin = copy.deepcopy(model)
-    compiled = torchkiln.compile(model, backend="openvino")
-    x = torch.randn(rows, 1024)
-    logs.set_logs("partitions")
-    try:
-        with caplog.at_level(logging.INFO, logger="torchkiln"):
-            loss = compiled(x).square().mean()
-            loss.backward()
-    finally:
-        logs.set_logs("")
-    expected = twin(x).square().mean()
-    expected.backward()
-    torch.testing.assert_close(loss, expected, **F32)
-    for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, **F32)
-    return caplog.text
+    return train_compared(Chain(1024), torch.randn(rows, 1024), caplog)
 
 
 def test_a_large_chain_runs_its_norm_softmax_sums_and_backwards_in_torch(caplog):

@@ -5,7 +5,6 @@ channels-last outputs, eltwise kernels."""
 from __future__ import annotations
 
 import copy
-import logging
 import pickle
 
 import pytest
@@ -18,7 +17,7 @@ import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import torchkiln
-from torchkiln import logs
+from tests.plugins.openvino.ov_checks import train_compared
 from torchkiln_openvino import cache
 from torchkiln_openvino.compiler import channels_last, compile_aten_graph, convert, core
 from torchkiln_openvino.decompositions import batch_norm_training
@@ -37,22 +36,7 @@ def ln_mlp():
 def test_layer_norms_of_a_training_graph_run_in_openvino_with_their_statistics(caplog):
     """Their mean and rstd, saved for the backward, no longer send them to the next backend."""
     torch.manual_seed(0)
-    model = ln_mlp()
-    twin = copy.deepcopy(model)
-    compiled = torchkiln.compile(model, backend="openvino")
-    x = torch.randn(4, 16)
-    logs.set_logs("partitions")
-    try:
-        with caplog.at_level(logging.INFO, logger="torchkiln"):
-            loss = compiled(x).square().mean()
-            loss.backward()
-    finally:
-        logs.set_logs("")
-    expected = twin(x).square().mean()
-    expected.backward()
-    torch.testing.assert_close(loss, expected, **F32)
-    for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, **F32)
+    train_compared(ln_mlp(), torch.randn(4, 16), caplog)
     assert "forward graph: 1 partition (openvino: 1)" in caplog.text
 
 
