@@ -36,6 +36,9 @@ def main() -> None:
     parser.add_argument("--size", default=None, help="default: large on cuda, small on cpu")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument(
+        "--callers", metavar="REGEX", help="also who called the functions whose names match"
+    )
     args = parser.parse_args()
     cuda = args.device == "cuda"
     size = args.size or ("large" if cuda else "small")
@@ -63,6 +66,18 @@ def main() -> None:
         pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(args.top)
         print(f"\n-- by {order} time --")
         print(text.getvalue().split("\n\n", 1)[-1])
+    if args.callers:
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text).sort_stats("tottime")
+        stats.print_callers(args.callers)
+        print(f"\n-- callers of {args.callers} --")
+        print(text.getvalue().split("\n\n", 1)[-1])
+    if args.backend.startswith("kiln"):
+        from torchkiln import counters
+
+        print("\n-- torchkiln counters --")
+        for group, values in sorted(counters.items()):
+            print(f"{group}: {dict(values)}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ Both the first steps and the compile times are printed, each with warm/cold.
     .venv/bin/python -m benchmarks.warm_start --models hf_gpt2,hf_bert,hf_llama
     .venv/bin/python -m benchmarks.warm_start --backend onnxrt --case training
     .venv/bin/python -m benchmarks.warm_start --models hf_gpt2 --profile   # cProfile the warm child
+    python -m benchmarks.warm_start --device cuda --size large --case training   # bf16 on a GPU
 """
 
 from __future__ import annotations
@@ -40,15 +41,19 @@ STEADY_STEPS = 3
 
 
 def first_step_seconds(
-    model: str, size: str, backend: str, case: str, profile: bool
+    model: str, size: str, backend: str, case: str, device: str, profile: bool
 ) -> tuple[float, float]:
     """Build ``model``, compile it, and time the first step of ``case`` and, after it, the
-    median of ``STEADY_STEPS`` more."""
+    median of ``STEADY_STEPS`` more (on CUDA in bfloat16, synchronized)."""
     import torch
 
     import torchkiln
+    from benchmarks.rows import on_device
 
+    cuda = device == "cuda"
     built = MODELS[model].build(size)
+    if cuda:
+        built = on_device(built, torch.device(device), torch.bfloat16)
     built.module.train(case == "training")
     compiled = torchkiln.compile(built.module, backend=backend)
     profiler = cProfile.Profile() if profile else None
@@ -60,6 +65,8 @@ def first_step_seconds(
         else:
             with torch.no_grad():
                 compiled(*built.inputs)
+        if cuda:
+            torch.cuda.synchronize()
         return time.perf_counter() - start
 
     if profiler is not None:
@@ -75,21 +82,22 @@ def first_step_seconds(
 
 
 def run_child(
-    model: str, size: str, backend: str, case: str, cache_dir: Path, profile: bool
+    model: str, size: str, backend: str, case: str, device: str, cache_dir: Path, profile: bool
 ) -> tuple[float, float]:
     """Run one child process on ``cache_dir``: its first step's and steady step's seconds."""
     command = [sys.executable, "-m", "benchmarks.warm_start", "--child", model, "--size", size]
-    command += ["--backend", backend, "--case", case] + (["--profile"] if profile else [])
+    command += ["--backend", backend, "--case", case, "--device", device]
+    command += ["--profile"] if profile else []
     env = {**os.environ, **cache_env(cache_dir)}
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
     first, steady = done.stdout.strip().splitlines()[-1].split()
     return float(first), float(steady)
 
 
-def compare(model: str, size: str, backend: str, case: str, profile: bool) -> None:
+def compare(model: str, size: str, backend: str, case: str, device: str, profile: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
-        cold, cold_step = run_child(model, size, backend, case, Path(tmp), profile=False)
-        warm, warm_step = run_child(model, size, backend, case, Path(tmp), profile=profile)
+        cold, cold_step = run_child(model, size, backend, case, device, Path(tmp), profile=False)
+        warm, warm_step = run_child(model, size, backend, case, device, Path(tmp), profile)
     cold_compile, warm_compile = cold - cold_step, warm - warm_step
     print(
         f"{model:12s} first step: cold {cold:6.2f} s  warm {warm:5.2f} s  ({warm / cold:6.1%})"
@@ -105,16 +113,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", choices=SIZES, default="small")
     p.add_argument("--backend", default="inductor")
     p.add_argument("--case", choices=CASES, default="inference")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument(
         "--profile", action="store_true", help="print the warm child's cProfile top entries"
     )
     p.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(*first_step_seconds(args.child, args.size, args.backend, args.case, args.profile))
+        seconds = first_step_seconds(
+            args.child, args.size, args.backend, args.case, args.device, args.profile
+        )
+        print(*seconds)
         return
     for model in args.models.split(","):
-        compare(model, args.size, args.backend, args.case, args.profile)
+        compare(model, args.size, args.backend, args.case, args.device, args.profile)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ A worker compiles a job (a kernel of a generated module, its argument dtypes and
 options) with ``JITFunction.warmup``, exactly as this process's launcher will, so both
 compute the same cache key: the worker fills Triton's disk cache
 (``TRITON_CACHE_DIR``), and this process's compile of the same job then only loads it.
+Triton up to 3.6 also builds a C launcher per kernel signature with the host's C compiler
+when a kernel is first loaded (0.1-1 s each, one at a time in this process); the worker
+builds it too, into the same cache.
 Workers never touch the GPU: they compile for the target this process reports, through a
 compile-only Triton driver (no CUDA context, no device memory). A job that fails in a
 worker costs nothing but the time: this process compiles it itself and reports the
@@ -31,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,9 +95,10 @@ def precompile(jobs: list[CompileJob]) -> None:
     cache_dir = os.environ.get("TRITON_CACHE_DIR")
     with concurrent.futures.ThreadPoolExecutor(len(workers)) as feeders:
         results = feeders.map(lambda worker: worker.drain(todo, cache_dir), workers)
-        compiled, failed = map(sum, zip(*results, strict=True))
+        compiled, failed, seconds = map(sum, zip(*results, strict=True))
     counters["triton_workers"]["compiled"] += compiled
     counters["triton_workers"]["failed"] += failed
+    counters["triton_workers"]["compile_ms"] += round(seconds * 1e3)
     if any(not worker.alive for worker in workers):
         _stop("a worker process died")
 
@@ -149,9 +154,11 @@ class _Worker:
         self.alive = True
         self._send(target)
 
-    def drain(self, todo: queue.SimpleQueue, cache_dir: str | None) -> tuple[int, int]:
-        """Compile jobs from ``todo`` until it is empty; returns (compiled, failed)."""
+    def drain(self, todo: queue.SimpleQueue, cache_dir: str | None) -> tuple[int, int, float]:
+        """Compile jobs from ``todo`` until it is empty; returns (compiled, failed, seconds
+        spent compiling)."""
         compiled = failed = 0
+        seconds = 0.0
         while self.alive:
             try:
                 job = todo.get_nowait()
@@ -159,7 +166,7 @@ class _Worker:
                 break
             try:
                 self._send(pickle.dumps((job, cache_dir)))
-                error = pickle.loads(self._receive())
+                error, took = pickle.loads(self._receive())
             except (OSError, EOFError, pickle.UnpicklingError):
                 self.alive = False
                 todo.put(job)  # another worker, or this process, compiles it
@@ -169,7 +176,8 @@ class _Worker:
             else:
                 failed += 1
                 logs.artifact("output_code", "a Triton compile failed in a worker: %s", error)
-        return compiled, failed
+            seconds += took
+        return compiled, failed, seconds
 
     def close(self) -> None:
         self.alive = False
@@ -213,8 +221,11 @@ class CompileOnlyDriver:
 
 
 def _serve() -> None:
-    """A worker's loop: the target, then jobs; each answered with None or the error's text."""
-    import triton.compiler  # noqa: F401  (before the first job: jobs find the worker ready)
+    """A worker's loop: the target, then jobs; each answered with None or the error's text,
+    and the seconds it took."""
+    # imported before the first job (torch alone takes seconds), while the parent traces
+    import torch  # noqa: F401
+    import triton.compiler  # noqa: F401
     from triton.runtime import driver
 
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
@@ -225,12 +236,13 @@ def _serve() -> None:
             job, cache_dir = pickle.loads(_read_frame(requests))
         except EOFError:
             return
+        start = time.monotonic()
         try:
             _compile(job, cache_dir, modules)
-            reply = None
+            error = None
         except Exception as e:  # the parent compiles it itself and reports it there
-            reply = f"{type(e).__name__}: {e}"
-        data = pickle.dumps(reply)
+            error = f"{type(e).__name__}: {e}"
+        data = pickle.dumps((error, time.monotonic() - start))
         replies.write(struct.pack("<Q", len(data)) + data)
         replies.flush()
 
@@ -252,7 +264,18 @@ def _compile(job: CompileJob, cache_dir: str | None, modules: dict[str, Any]) ->
     if job.num_stages is not None:
         options["num_stages"] = job.num_stages
     dtypes = [getattr(torch, d) for d in job.dtypes]
-    getattr(module, job.name).warmup(*dtypes, grid=job.grid, **options, **dict(job.meta))
+    kernel = getattr(module, job.name).warmup(*dtypes, grid=job.grid, **options, **dict(job.meta))
+    _build_launcher(kernel)
+
+
+def _build_launcher(kernel: Any) -> None:
+    """Build the C launcher that Triton up to 3.6 makes for a kernel's signature when the
+    parent first loads it (Triton's cache keys it on its source). Later Triton launches
+    every kernel through one prebuilt launcher: nothing to build."""
+    from triton.backends.nvidia import driver as nvidia
+
+    if hasattr(nvidia, "make_launcher"):
+        nvidia.CudaLauncher(kernel.src, kernel.metadata)
 
 
 if __name__ == "__main__":
