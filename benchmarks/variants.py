@@ -31,6 +31,8 @@ TORCH_COMPILE = "torch.compile"
 TORCHKILN = "torchkiln"
 OPENVINO_TORCH = "openvino.torch"
 CUDAGRAPH_MODE = "reduce-overhead"
+#: modes that record CUDA graphs (torch.compile's and torchkiln's alike)
+CUDAGRAPH_MODES = (CUDAGRAPH_MODE, "max-autotune")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Variant:
     @property
     def replays_cuda_graphs(self) -> bool:
         """Steps must call ``torch.compiler.cudagraph_mark_step_begin()`` first."""
-        return self.mode == CUDAGRAPH_MODE
+        return self.mode in CUDAGRAPH_MODES
 
     def compile(self, fn: Callable) -> Callable:
         """The compiled ``fn`` (compilers compile lazily, on the first call)."""

@@ -29,6 +29,7 @@ import torch
 from ..codegen.triton import _pow2
 from ..codegen.triton_launch import launcher_for
 from ..codegen.triton_templates import TEMPLATE_META, GemmLaunch, LibraryCall
+from ..codegen.triton_workers import CompileJob, compile_job
 from .triton_kernels import compiled, precompile_launches, tuning_problem
 from .tuner import Choice, TuningSettings, tune
 
@@ -137,6 +138,29 @@ class TunedGemm:
         winner = tune(launch.name, problem, choices, tensors, in_place, self._settings, warm=warm)
         self._namespace[launch.name] = winner
         winner(*tensors)
+
+    def worker_jobs(self) -> list[CompileJob]:
+        """The template's configs that tuning will measure, for the worker batch of a fresh
+        graph's load (as ``TunedKernel.worker_jobs``; the aten choice's epilogue is one of
+        the graph's kernels). None for the interpreter."""
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if isinstance(self._template_fn, InterpretedFunction):
+            return []
+        launch = self._launch
+        tf32 = torch.backends.cuda.matmul.allow_tf32  # as the first call will find it, likely
+        measured = configs_for(launch)[: max(0, self._settings.max_trials - 1)]  # aten first
+        return [
+            compile_job(
+                self._template_fn,
+                launch.dtypes,
+                c.grid(launch),
+                c.meta(launch.k, tf32),
+                c.num_warps,
+                c.num_stages,
+            )
+            for c in measured
+        ]
 
 
 def gemm_choices(template_fn, epilogue_fn, launch: GemmLaunch, tf32: bool) -> list[Choice]:

@@ -1071,10 +1071,12 @@ class TritonModule:
         root = private_cache_dir()  # Triton's cache holds libraries it loads: only a trusted one
         if root is not None:
             use_triton_cache(root)
+        gemms = {}
         if self.templates:
             from ..autotune.gemm import tuned_gemms
 
-            namespace.update(tuned_gemms(module, self.templates, self.template_tuning, namespace))
+            gemms = tuned_gemms(module, self.templates, self.template_tuning, namespace)
+            namespace.update(gemms)
         tuned = {}
         if self.autotune is not None:
             from ..autotune.triton_kernels import tuned_launchers
@@ -1086,7 +1088,10 @@ class TritonModule:
             for k in untuned
         }
         kernels = [(launchers[k.name], k.dtypes, k.device) for k in untuned]
-        jobs = [job for kernel in tuned.values() for job in kernel.worker_jobs()]
+        # the candidates of every tuned kernel and template, in one batch (duplicates: kernels
+        # of the same text share a function)
+        tuning = [*tuned.values(), *gemms.values()]
+        jobs = list(dict.fromkeys(job for kernel in tuning for job in kernel.worker_jobs()))
         compile_at_once(kernels, in_workers=fresh, jobs=jobs)
         namespace.update(launchers)
         namespace.update(tuned)

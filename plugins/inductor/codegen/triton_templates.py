@@ -72,6 +72,7 @@ class GemmLaunch:
     k: int
     dtype: torch.dtype  # of the operands
     library: LibraryCall
+    dtypes: tuple[torch.dtype, ...]  # of the params' buffers: what Triton specializes on
 
 
 def add_gemm_templates(
@@ -94,7 +95,8 @@ def add_gemm_templates(
         epilogue = launches[step.epilogue.kernel.name] if step.epilogue is not None else None
         a, _, _ = step.operands()
         library = _library(step, params, epilogue)
-        launch = GemmLaunch(name, tuple(params), *step.sizes(), a.dtype, library)
+        dtypes = tuple(graph.buffer(p).dtype for p in params)
+        launch = GemmLaunch(name, tuple(params), *step.sizes(), a.dtype, library, dtypes)
         launches[step.name] = launch
         gemms.append(launch)
     source = "\n\n\n".join([module.source.rstrip("\n"), *sources]) + "\n"

@@ -390,17 +390,21 @@ def test_stored_light_winners_are_reused_without_benchmarking(monkeypatch):
     assert torchkiln.counters["autotune"]["reused"] == 2 and timed == []
 
 
-def test_light_configs_compile_in_the_graph_s_worker_batch():
-    """One worker job per light config, sent with the graph's other kernels at its load (the
-    first call then only loads them); none for max_autotune's, compiled at the first call
-    unless a winner is stored."""
+def test_tuned_configs_compile_in_the_graph_s_worker_batch():
+    """One worker job per candidate config, light tuning's or max_autotune's, sent with the
+    graph's other kernels at its load: the first call then only loads them."""
     compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
     looped = max(_reductions(compiled), key=lambda k: dict(k.rnumels)["RBLOCK0"])
     compiled_fn = SimpleNamespace(fn=three_kernels)  # what a job reads of a JIT function
     jobs = triton_kernels.TunedKernel(compiled_fn, looped, LIGHT_TUNING, {}).worker_jobs()
     light = configs.light_candidates(looped)
     assert [(j.meta, j.num_warps) for j in jobs] == [(c.meta, c.num_warps) for c in light]
-    assert triton_kernels.TunedKernel(compiled_fn, looped, SETTINGS, {}).worker_jobs() == []
+    jobs = triton_kernels.TunedKernel(compiled_fn, looped, SETTINGS, {}).worker_jobs()
+    full = configs.candidates(looped)[: SETTINGS.max_trials]
+    assert len(full) > len(light)
+    assert [(j.meta, j.num_warps, j.num_stages) for j in jobs] == [
+        (c.meta, c.num_warps, c.num_stages) for c in full
+    ]
 
 
 def test_second_process_light_tunes_nothing(tmp_path):

@@ -7,6 +7,7 @@ Sizes are small and no multiple of the blocks (16 at least): masks and wrapped r
 """
 
 import os
+from types import SimpleNamespace
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
 
@@ -93,7 +94,7 @@ def force(monkeypatch):
 
 def gemm_check(fn, *args, templates: int, **kwargs):
     """``check`` with the templates on; ``templates``: the matmuls that must run as one."""
-    compiled = check(fn, *args, **GEMM, **kwargs)
+    compiled = check(fn, *args, **{**GEMM, **kwargs})
     wrapper = compiled.artifact.wrapper_source
     assert wrapper.count("kiln_mm_") == templates and "aten_" not in wrapper
     assert torchkiln.counters["autotune"]["tuned"] == templates
@@ -199,6 +200,29 @@ def test_forced_aten_choice_runs_the_epilogue_kernel_and_matches_eager(force):
     args = (torch.randn(20, 40), torch.randn(24, 40), torch.randn(24))
     torch.testing.assert_close(compiled(*args), list(fn(*args)))  # the winner, straight
     assert clock.used == ["aten"] * 2
+
+
+def test_template_configs_compile_in_the_graph_s_worker_batch(force):
+    """A template's configs that tuning measures (the aten call is the first of the
+    ``max_trials``) go to the compile workers with the graph's other kernels, for its
+    parameters' dtypes (a bfloat16 product cast to float32 by its epilogue here)."""
+    force("template")
+
+    def fn(a, b):
+        return torch.relu(a @ b).float()
+
+    a, b = torch.randn(20, 40, dtype=torch.bfloat16), torch.randn(40, 24, dtype=torch.bfloat16)
+    compiled = gemm_check(fn, a, b, templates=1, **{"autotune.max_trials": 3})
+    (launch,) = compiled.artifact.triton.templates
+    assert launch.dtypes == (torch.bfloat16, torch.bfloat16, torch.float32)
+    template_fn = SimpleNamespace(fn=fn)  # what a job reads of a JIT function
+    settings = compiled.artifact.triton.template_tuning
+    jobs = gemm.TunedGemm(template_fn, None, launch, settings, {}).worker_jobs()
+    configs = gemm.configs_for(launch)[:2]
+    assert [(j.dtypes, j.num_warps, j.num_stages) for j in jobs] == [
+        (("bfloat16", "bfloat16", "float32"), c.num_warps, c.num_stages) for c in configs
+    ]
+    assert [dict(j.meta)["BLOCK_M"] for j in jobs] == [c.block_m for c in configs]
 
 
 class LinearGelu(torch.nn.Module):
