@@ -21,11 +21,17 @@ from torch._decomp import decomposition_table
 
 aten = torch.ops.aten
 
-#: Ops whose decomposition gives wrong results. torch 2.13 decomposes the CPU flash
-#: attention forward into its math and a (B, H, T, T) "logsumexp" that the fused
-#: backward kernel, still recorded by autograd, accepts silently: gradients come out
-#: up to 70x off.
-KEEP_WHOLE = frozenset({aten._scaled_dot_product_flash_attention_for_cpu.default})
+#: Ops whose decomposition gives wrong results:
+#: - torch 2.13 decomposes the CPU flash attention forward into its math and a (B, H, T, T)
+#:   "logsumexp" that the fused backward kernel, still recorded by autograd, accepts
+#:   silently: gradients come out up to 70x off;
+#: - ``diagonal_scatter``'s decomposition writes into a view of a clone (``prims.copy_to``).
+#:   Decompositions run below the joint trace's functionalization, so the graph keeps a
+#:   mutation whose result nothing reads, and a compiler that takes the graph as functional
+#:   drops it: the diagonal came back unwritten (``torch.diag``'s backward, QR's, ...).
+KEEP_WHOLE = frozenset(
+    {aten._scaled_dot_product_flash_attention_for_cpu.default, aten.diagonal_scatter.default}
+)
 
 
 def keep_whole(table: Mapping[Callable, Callable]) -> dict[Callable, Callable]:

@@ -65,6 +65,21 @@ def test_strided_slices_backward_matches_eager():
     check_gradients(fn, torch.randn(3, 10, 12, requires_grad=True))
 
 
+def test_diagonal_scatter_and_the_backward_of_diagonal_write_the_diagonal():
+    """``diagonal_scatter``'s decomposition mutates a clone below the joint trace's
+    functionalization: decomposed, the inductor dropped the write (``KEEP_WHOLE``)."""
+
+    def scatter(x, s):
+        return (torch.diagonal_scatter(x, s.exp(), 1) * 2,)
+
+    def diag(x):
+        return (torch.diagonal(x, -1) * 3.0,)
+
+    x, s = torch.randn(5, 5, requires_grad=True), torch.randn(4, requires_grad=True)
+    check_gradients(scatter, x, s)
+    check_gradients(diag, x)
+
+
 def test_one_by_one_convolutions_that_stride_or_pad_have_eager_gradients():
     """oneDNN's backward of such a convolution (RepVGG, ResNet downsampling) on channels-last
     tensors gives wrong weight gradients and writes past its buffers: run it in a child
