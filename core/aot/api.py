@@ -22,7 +22,11 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+)
 
 from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
@@ -56,6 +60,12 @@ Partitioner = Callable[[fx.GraphModule, int], tuple[fx.GraphModule, fx.GraphModu
 GraphPass = Callable[[fx.GraphModule, list], fx.GraphModule]
 
 Tensor = torch.Tensor  # read per argument per call: a global, not ``torch.Tensor``
+
+
+#: The plan of a graph that runs as captured, uncompiled: its joint trace met a size or value
+#: that depends on the data (a boolean mask's gradient, ``grad[mask]``), which the static
+#: forward did not show to the capture, so no graph break is there to take it
+RUN_AS_CAPTURED = "run as captured"
 
 
 def _log_graph(title: str, gm: fx.GraphModule) -> None:
@@ -193,7 +203,7 @@ class _AOTCompiled:
         return static
 
     def _with_wrappers(self, plan: Any) -> Any:
-        if self.wrappers is None:
+        if self.wrappers is None or plan is RUN_AS_CAPTURED:
             return plan
         if isinstance(plan, TrainingPlan):
             plan.wrappers = self.wrappers  # the backward is compiled later
@@ -212,7 +222,7 @@ class _AOTCompiled:
             self.before_trace()
         with paused_saved_tensors_hooks():
             meta, plan = self._trace_and_compile(args, training)
-        if key is not None:
+        if key is not None and plan is not RUN_AS_CAPTURED:
             if isinstance(plan, TrainingPlan):
                 plan.on_backward_compiled = lambda p: self.cache.store_training(key, p)
             else:
@@ -224,7 +234,15 @@ class _AOTCompiled:
         gm = self.gm if self.graph_pass is None else self.graph_pass(self.gm, fakes)
         meta = analyze(gm, fakes, mode)
         if training and any(meta.computed_requires_grad):
-            joint = trace_joint(gm, meta, fakes, mode, self.decompositions)
+            try:
+                joint = trace_joint(gm, meta, fakes, mode, self.decompositions)
+            except (DynamicOutputShapeException, DataDependentOutputException) as e:
+                logs.log.warning(
+                    "a graph's backward needs %s, whose output depends on the data: the graph "
+                    "runs as captured (uncompiled) when it computes gradients",
+                    getattr(e, "func", e),
+                )
+                return meta, RUN_AS_CAPTURED
             _log_graph("joint graph", joint.gm)
             fw_gm, bw_gm = self.partition_fn(joint.gm, joint.num_fwd_outputs)
             fw_gm.meta["num_user_outputs"] = joint.num_fwd_outputs
@@ -250,6 +268,8 @@ class _AOTCompiled:
             return self.gm.forward(*args)
         key = _plan_key(args, grad_enabled)
         _, plan, finish, check = self.plans.get(key) or self._new_plan(key, args)
+        if plan is RUN_AS_CAPTURED:
+            return self.gm.forward(*args)
         if check is not None and not check(args):
             return self._run_per_size(args)
         if torch._C._is_any_autocast_enabled():
