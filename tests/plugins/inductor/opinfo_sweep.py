@@ -4,13 +4,16 @@ Every (op, dtype, sample) becomes one aten graph; all graphs of a sweep are
 generated first and their kernels compiled in a single C++ translation unit
 (one compiler run), then each is run and compared with eager.
 Run as a script for a report: ``python tests/plugins/inductor/opinfo_sweep.py [--full]
-[--triton] [--cuda [--progress]]`` (``--triton``: CPU tensors through the Triton generator, run by its
-interpreter; ``--cuda``: CUDA tensors, so Triton on the GPU, in float32, bfloat16, float16
-and int64; ``--progress`` names each case on stderr before it runs).
+[--triton] [--cuda] [--backward] [--progress]`` (``--triton``: CPU tensors through the Triton
+generator, run by its interpreter; ``--cuda``: CUDA tensors, so Triton on the GPU, in float32,
+bfloat16, float16 and int64; ``--backward``: forward and gradients of each op compiled as for
+training, in float32, and bfloat16 and float16 with ``--cuda`` (``opinfo_sweep_backward.py``);
+``--progress`` names each case on stderr before it runs).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ class SweepResult:
     failed: dict[tuple[str, torch.dtype], str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     fallback_only: set[str] = field(default_factory=set)
+    fallbacks: dict[str, set[str]] = field(default_factory=dict)  # op -> its backward's aten calls
 
 
 def sweep(
@@ -90,20 +94,41 @@ def main() -> None:
     full = "--full" in sys.argv
     backend = "triton" if "--triton" in sys.argv else "cpp"  # Triton's interpreter on CPU
     names = None if full else SWEEP_OPS
-    if "--cuda" in sys.argv:
+    cuda, progress = "--cuda" in sys.argv, "--progress" in sys.argv
+    if backend == "triton" and not cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # triton reads it when first imported
+    if "--backward" in sys.argv:
+        from opinfo_sweep_backward import sweep_backward
+
+        dtypes = (torch.float32, torch.bfloat16, torch.float16) if cuda else (torch.float32,)
+        device = "cuda" if cuda else "cpu"
+        res = sweep_backward(names, dtypes, cpu_backend=backend, device=device, progress=progress)
+    elif cuda:
         dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.int64)
-        res = sweep(names, dtypes=dtypes, device="cuda", progress="--progress" in sys.argv)
+        res = sweep(names, dtypes=dtypes, device="cuda", progress=progress)
     else:
-        res = sweep(names, cpu_backend=backend)
+        res = sweep(names, cpu_backend=backend, progress=progress)
+    report(res)
+
+
+def report(res: SweepResult) -> None:
+    """FAIL lines, SKIP lines for the ops no case of which ran, the counts, the covered ops."""
     for (op, dtype), why in sorted(res.failed.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         print(f"FAIL {op} {dtype}: {why}")
+    failed = {op for op, _ in res.failed}
+    untested = {op: why for op, why in res.skipped.items() if op not in {*res.passed, *failed}}
+    for op, why in sorted(untested.items()):
+        print(f"SKIP {op}: {why}")
     covered = sorted(set(res.passed) - res.fallback_only)
     print(
         f"\npassed {len(res.passed)} ops ({len(covered)} lowered, no aten fallback); "
-        f"failed {len({op for op, _ in res.failed})}; skipped {len(res.skipped)}"
+        f"failed {len(failed)}; skipped {len(res.skipped)} ({len(untested)} entirely)"
     )
     print("covered:", " ".join(covered))
     print("fallback only:", " ".join(sorted(res.fallback_only)))
+    for op, calls in sorted(res.fallbacks.items()):
+        if calls:
+            print(f"backward fallbacks of {op}: {' '.join(sorted(calls))}")
 
 
 if __name__ == "__main__":
