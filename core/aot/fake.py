@@ -9,6 +9,7 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.utils import _pytree as pytree
 
 from torchkiln.exc import KilnError
 from torchkiln.static_shapes import has_symbolic_values
@@ -92,8 +93,26 @@ def functionalized() -> Iterator[None]:
     so that the Python decompositions registered above autograd run first. Without it an op
     whose schema hides a mutation runs as if pure: CUDA's ``cudnn_batch_norm`` updates the
     running statistics in place, and functionalization would drop that update."""
-    with enable_python_dispatcher(), FunctionalTensorMode():
+    with enable_python_dispatcher(), _Functionalize():
         yield
+
+
+#: Ops torch registers as ordered side effects that a graph carries as plain calls: they
+#: return nothing and raise on bad input (``torch.linalg.inv``'s check of a singular matrix).
+#: torch's own AOT threads "effect tokens" through its graphs for them; this layer has no
+#: tokens, and torch 2.13's functionalization refuses such an op without one. Traced as a
+#: call, the op stays in the graph (fx counts it impure) after the values it checks.
+EFFECTS_AS_CALLS = frozenset({torch.ops.aten._linalg_check_errors.default})
+
+
+class _Functionalize(FunctionalTensorMode):
+    """Functionalization that records :data:`EFFECTS_AS_CALLS` as plain calls."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in EFFECTS_AS_CALLS:
+            args, kwargs = pytree.tree_map_only(FunctionalTensor, from_functional, (args, kwargs))
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 def to_functional(t: object) -> object:
