@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import torch
@@ -10,8 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchkiln
-from torchkiln import config
-from torchkiln.exc import BackendCompilerFailed
+from torchkiln import logs
 
 
 def _capture_works() -> bool:
@@ -81,17 +81,40 @@ def test_options_reach_the_backend(tmp_path):
 
 
 def cholesky(x):
-    return torch.linalg.cholesky(x)
+    return torch.linalg.cholesky(x) * 2
 
 
-def test_unconvertible_graph_fails_naming_the_op():
+def test_an_op_without_converter_runs_in_torch_and_the_partition_log_says_why(caplog):
+    """``linalg_cholesky_ex`` (and its error check) has no ONNX converter: its partition runs
+    in torch, the rest in onnxruntime."""
     compiled = torchkiln.compile(cholesky, backend="onnxrt")
-    with pytest.raises(BackendCompilerFailed, match="linalg_cholesky"):
-        compiled(torch.eye(3) * 2)
+    spd = torch.eye(3) * 4 + 1
+    logs.set_logs("partitions")
+    try:
+        with caplog.at_level(logging.INFO, logger="torchkiln"):
+            torch.testing.assert_close(compiled(spd), cholesky(spd))
+    finally:
+        logs.set_logs("")
+    assert "linalg_cholesky_ex.default: onnxrt: not among its ops" in caplog.text
 
 
-def test_unconvertible_graph_runs_eagerly_with_suppress_errors(monkeypatch):
-    monkeypatch.setattr(config, "suppress_errors", True)
-    compiled = torchkiln.compile(cholesky, backend="onnxrt")
-    spd = torch.eye(3) * 4
-    torch.testing.assert_close(compiled(spd), torch.linalg.cholesky(spd))
+def test_a_failing_conversion_runs_its_graph_in_torch_naming_the_ops(monkeypatch, tmp_path, caplog):
+    """A converter that raises (a converter bug) costs its graph: it runs in torch, and the
+    warning names the backend, the error and the graph's ops."""
+    from torchkiln_onnxrt.converter import CONVERTERS
+
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))  # compiled here, not loaded
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("converter bug")
+
+    for target in [t for t in CONVERTERS if "sin" in str(t).split(".")]:
+        monkeypatch.setitem(CONVERTERS, target, broken)
+    compiled = torchkiln.compile(lambda x: x.sin() + 1, backend="onnxrt")
+    x = torch.randn(3)
+    with caplog.at_level(logging.WARNING, logger="torchkiln"):
+        torch.testing.assert_close(compiled(x), x.sin() + 1)
+    assert "backend 'onnxrt' failed to compile inference graph (RuntimeError: converter bug)" in (
+        caplog.text
+    )
+    assert "ops: sin.default, add.Tensor" in caplog.text
