@@ -22,12 +22,8 @@ from torch.utils import _pytree as pytree
 from torchkiln import logs
 
 from . import trace
-from .autotune.tuner import (
-    LIGHT_TUNING,
-    TuningSettings,
-    cpp_gemm_not_templated,
-    cpp_not_tuned,
-)
+from .autotune.cpp_kernels import CppTuning, cpp_tuning
+from .autotune.tuner import LIGHT_TUNING, TuningSettings, cpp_gemm_not_templated
 from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
 from .codegen.triton import TritonModule, generate_triton
 from .codegen.triton_templates import add_gemm_templates
@@ -60,6 +56,7 @@ class GraphArtifact:
     namespace: dict[str, Any]
     fallbacks: dict[str, str]
     triton: TritonModule | None = None  # the Triton target's kernels (no C++ then)
+    cpp_tuning: CppTuning | None = None  # max_autotune: the C++ kernels' variants
 
     @property
     def num_kernels(self) -> int:
@@ -73,6 +70,9 @@ class GraphArtifact:
             if self.triton
             else f"# ---- C++ kernels ----\n{self.cpp_source}"
         )
+        if self.cpp_tuning:
+            variants = self.cpp_tuning.variant_source()
+            kernels += f"\n# ---- their variants (max_autotune) ----\n{variants}"
         return f"{header}\n{kernels}\n# ---- wrapper ----\n{self.wrapper_source}"
 
     def bind(self, lib: ctypes.CDLL | None, fresh: bool = False) -> CompiledGraph:
@@ -86,6 +86,8 @@ class GraphArtifact:
             fn.argtypes = [ctypes.c_void_p] * num_params
             fn.restype = None
             ns[name] = fn
+        if self.cpp_tuning:
+            self.cpp_tuning.install(ns)
         exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
         return CompiledGraph(ns["call"], self)
 
@@ -180,6 +182,7 @@ def generate(
     if tracer:
         tracer.write("schedule_after_fusion.txt", _describe_schedule(schedule, caps, plans))
     timings["schedule"] = time.perf_counter() - t0 - timings["lower"]
+    tuned_cpp: CppTuning | None = None
     if caps.name == "triton":
         tuning = TuningSettings(options.autotune_max_trials, options.autotune_time_budget_s)
         light = LIGHT_TUNING if options.autotune_light else None
@@ -191,14 +194,14 @@ def generate(
         wrapper = WrapperCodegen(graph, schedule, plans, launches, single)
         cpp_source = ""
     else:
-        if options.max_autotune:
-            cpp_not_tuned()
         if options.max_autotune or options.max_autotune_gemm:
             cpp_gemm_not_templated()
         module = None
         by_step = generate_kernels(
             plans, graph, options.simdlen, options.threads, options.parallel_threshold
         )
+        if options.max_autotune and by_step:
+            tuned_cpp = cpp_tuning(plans, graph, by_step, options)
         kernels = list(by_step.values())
         wrapper = WrapperCodegen(graph, schedule, plans, by_step, single)
         cpp_source = translation_unit(kernels)
@@ -211,6 +214,7 @@ def generate(
         wrapper.namespace,
         dict(graph.fallbacks),
         module,
+        tuned_cpp,
     )
     generated = GeneratedGraph(graph, schedule, plans, kernels, artifact, options, timings)
     if logs.enabled("output_code"):

@@ -11,7 +11,9 @@ library's size and SHA-256 are recorded when it is stored and verified
 before it is loaded), so a truncated, zero-filled or replaced library is
 rebuilt, never ``dlopen``'d. Libraries are built, and loaded, from a
 private temporary folder (``$TMPDIR``): nobody else can swap the file
-between the check and the load, or truncate it while it is mapped.
+between the check and the load, or truncate it while it is mapped. Threads
+building different sources run their compilers at the same time (max_autotune
+builds its C++ variants so); two asking for the same source build it once.
 
 Flags: ``-O3 -march=native -mprefer-vector-width=512 -fopenmp
 -fno-math-errno -fno-trapping-math`` (no ``-ffast-math``: NaN and inf
@@ -48,7 +50,8 @@ BASE_FLAGS = (
 LIBS = ("-lmvec", "-lm")
 
 _loaded: dict[str, ctypes.CDLL] = {}
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _building
+_building: dict[str, threading.Lock] = {}  # one lock per source: different ones build at once
 
 
 def compiler() -> str:
@@ -94,6 +97,8 @@ def load_library(source: str, opt_level: str = "O3") -> ctypes.CDLL:
     """The library built from ``source``: from this process, from disk, or compiled now."""
     key = cache_key(source, opt_level)
     with _lock:
+        building = _building.setdefault(key, threading.Lock())
+    with building:
         lib = _loaded.get(key)
         if lib is not None:
             return lib

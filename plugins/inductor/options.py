@@ -107,9 +107,11 @@ _FIELDS: tuple[tuple[str, Option], ...] = (
         Option(
             "max_autotune",
             False,
-            "benchmark block sizes, warps and stages of each Triton kernel on the real inputs at "
-            "its first call and keep the fastest (stored on disk: a second process tunes "
-            "nothing), and turn on max_autotune_gemm; C++ kernels are not tuned yet (said once)",
+            "benchmark the candidates of each generated kernel on the real inputs at its first "
+            "call and keep the fastest (stored on disk: a second process tunes nothing): block "
+            "sizes, warps and stages of a Triton kernel; OpenMP or serial loops and the "
+            "reduction lanes (cpp.simdlen, a half, a quarter) of a C++ kernel; and turn on "
+            "max_autotune_gemm",
             bool,
         ),
     ),

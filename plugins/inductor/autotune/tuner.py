@@ -4,7 +4,8 @@ fastest, and store the winner so that the next process only builds that one.
 A :class:`Choice` is one way to compute a kernel's outputs: a name (stable across processes:
 the store keys on it) and ``build(args)``, which compiles for ``args`` and returns the
 launcher ``launch(*args)``. Block-size configs of a generated Triton kernel are choices
-(``triton_kernels.py``); so will be matmul templates.
+(``triton_kernels.py``), and so are matmul templates (``gemm.py``) and the variants of a
+generated C++ kernel (``cpp_kernels.py``).
 
 Builds run on a pool of threads, each with a deadline (:data:`BUILD_TIMEOUT_S`): a config
 that raises (an unsupported tile, out of shared memory when the binary loads) or does not
@@ -17,7 +18,8 @@ the process, and a hung build keeps its thread until it ends.
 Benchmarks run one candidate at a time, on copies of the arguments the kernel writes in
 place (so repeated runs don't compound into the real values): on CUDA ``do_bench``'s median
 (caches flushed between runs), elsewhere the median wall time of a few runs; light tuning
-(:data:`LIGHT_TUNING`) passes the quicker :func:`quick_gpu_median_ms`. Counters:
+(:data:`LIGHT_TUNING`) passes the quicker :func:`quick_gpu_median_ms`, C++ kernels the batched
+:func:`batched_min_ms`. Counters:
 ``torchkiln.counters["autotune"]``: ``benchmarked`` (candidates timed), ``tuned`` (kernels
 measured), ``reused`` (stored winners taken), ``failed`` (candidates skipped), and where the
 time goes: ``build_ms`` (waiting for builds) and ``measure_ms`` (benchmarking).
@@ -48,6 +50,9 @@ BUILD_THREADS = 16
 GPU_WARMUP_MS, GPU_REP_MS = 3, 15
 #: timed runs of a candidate off the GPU (after one untimed)
 CPU_RUNS = 3
+#: C++ kernels: rounds of timing (each candidate timed once a round, in turn) and
+#: :func:`batched_min_ms`'s least milliseconds of runs a batch
+CPU_ROUNDS, CPU_BATCH_MS = 5, 0.5
 #: light tuning: most timed launches of a candidate, and most milliseconds of them
 LIGHT_RUNS, LIGHT_RUN_MS = 5, 10.0
 #: GPU clock cycles a second of ``torch.cuda._sleep`` (an H100/H200 runs at up to 1.98 GHz;
@@ -62,11 +67,13 @@ Benchmark = Callable[[Callable[[], None]], float]
 class TuningSettings:
     """What tuning may spend per kernel: ``max_autotune``'s (``autotune.*`` options), or
     :data:`LIGHT_TUNING`'s (``light``: a few configs of the kernels with a reduction, each
-    timed by :func:`quick_gpu_median_ms`, ``triton_kernels.py``)."""
+    timed by :func:`quick_gpu_median_ms`, ``triton_kernels.py``). ``rounds``: how many times
+    each candidate is timed, the candidates in turn (C++ kernels: :data:`CPU_ROUNDS`)."""
 
     max_trials: int
     time_budget_s: float
     light: bool = False
+    rounds: int = 1
 
 
 #: the default mode's tuning (option ``autotune.light``): the heuristic and three neighbours
@@ -115,7 +122,7 @@ def tune(
         counters["autotune"]["build_ms"] += round((time.monotonic() - start) * 1e3)
     built = _build_all(choices, args)
     copies = tuple(_copy(a) if copy else a for a, copy in zip(args, in_place, strict=True))
-    timings = _measure(kernel, built, copies, settings.time_budget_s, benchmark or _benchmark(args))
+    timings = _measure(kernel, built, copies, settings, benchmark or _benchmark(args))
     if not timings:
         raise KilnError(
             f"autotuning {kernel}: no candidate built and ran ({', '.join(by_name)}); "
@@ -156,27 +163,49 @@ def _measure(
     kernel: str,
     built: dict[str, Launch],
     args: tuple[torch.Tensor, ...],
-    budget_s: float,
+    settings: TuningSettings,
     benchmark: Benchmark,
 ) -> dict[str, float]:
-    """Each candidate's time (ms) in order, until ``budget_s`` runs out (one at least)."""
+    """Each candidate's time (ms) in order, until the time budget runs out (one at least).
+    With ``settings.rounds`` > 1 the candidates timed in the first round are timed again in
+    turn, the order reversed every other round, and each keeps its fastest time: a shared
+    host's speed drifts, and drift then slows every candidate alike."""
     timings: dict[str, float] = {}
     start = time.monotonic()
-    with progress(kernel, len(built)) as bar:
-        for tried, (name, launch) in enumerate(built.items()):
-            if timings and time.monotonic() - start > budget_s:
+
+    def spent() -> bool:
+        return time.monotonic() - start > settings.time_budget_s
+
+    def timed(name: str, bar) -> float | None:
+        try:
+            return benchmark(functools.partial(built[name], *args))
+        except Exception as e:  # a launch that fails costs this candidate only
+            _skip(name, f"launch failed: {e!r}")
+            return None
+        finally:
+            bar.update()
+
+    with progress(kernel, len(built) * settings.rounds) as bar:
+        for tried, name in enumerate(built):
+            if timings and spent():
                 left = len(built) - tried
                 logs.artifact("autotune", "%s: time budget spent, %d left unmeasured", kernel, left)
                 break
-            try:
-                timings[name] = benchmark(functools.partial(launch, *args))
-            except Exception as e:  # a launch that fails costs this candidate only
-                _skip(name, f"launch failed: {e!r}")
-                continue
-            finally:
-                bar.update()
-            counters["autotune"]["benchmarked"] += 1
-            logs.artifact("autotune", "%s %s: %.4f ms", kernel, name, timings[name])
+            if (ms := timed(name, bar)) is not None:
+                timings[name] = ms
+        for again in range(1, settings.rounds):
+            names = list(timings)
+            for name in reversed(names) if again % 2 else names:
+                if spent():
+                    break
+                ms = timed(name, bar)
+                if ms is None:
+                    del timings[name]
+                else:
+                    timings[name] = min(timings[name], ms)
+    for name, ms in timings.items():
+        counters["autotune"]["benchmarked"] += 1
+        logs.artifact("autotune", "%s %s: %.4f ms", kernel, name, ms)
     counters["autotune"]["measure_ms"] += round((time.monotonic() - start) * 1e3)
     return timings
 
@@ -247,13 +276,22 @@ def wall_median_ms(fn: Callable[[], None]) -> float:
     return statistics.median(times) * 1e3
 
 
-@functools.cache
-def cpp_not_tuned() -> None:
-    """Said once per process: max_autotune has nothing to choose among for C++ kernels yet."""
-    logs.log.warning(
-        "max_autotune: C++ kernels are not tuned (no per-kernel choice measured faster on CPU "
-        "yet); they run as without it. Triton kernels are tuned."
-    )
+def batched_min_ms(fn: Callable[[], None]) -> float:
+    """``fn``'s time per run, for C++ kernels of microseconds: one run timed alone, then, if
+    it took less than :data:`CPU_BATCH_MS`, a batch of as many runs as fill it; the faster
+    per run. The C++ tuner times each candidate this way in each of :data:`CPU_ROUNDS`
+    rounds and keeps the fastest (a cold first run, page faults on fresh copies, is
+    dropped), not the median: on a shared host another process only ever adds time."""
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    runs = int(CPU_BATCH_MS * 1e-3 / max(once, 1e-7))
+    if runs < 2:
+        return once * 1e3
+    start = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    return min(once, (time.perf_counter() - start) / runs) * 1e3
 
 
 @functools.cache

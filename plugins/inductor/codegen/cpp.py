@@ -2,9 +2,10 @@
 
 In: a :class:`~torchkiln_inductor.kernel_plan.KernelPlan` (its segments, and
 each node's ops list). Out: one ``extern "C"`` function. The outer loops run
-in parallel with OpenMP (when the work is big enough); each node's ops are
-emitted through :class:`CppOpsHandler`, which turns every op into a typed C++
-statement with common-subexpression elimination. The nodes of a segment share
+in parallel with OpenMP (when the work is big enough, unless the kernel is generated
+``serial``: a variant that max_autotune measures, ``autotune/cpp_configs.py``); each
+node's ops are emitted through :class:`CppOpsHandler`, which turns every op into a typed
+C++ statement with common-subexpression elimination. The nodes of a segment share
 one loop; a value stored and read at the same index in a segment is forwarded
 in a register, and a reduction result read later in the kernel stays a local
 scalar. Reductions accumulate in ``simdlen`` independent lanes so gcc
@@ -489,12 +490,14 @@ class CppKernel:
         simdlen: int,
         threads: int | None,
         parallel_threshold: int,
+        serial: bool = False,
     ):
         self.plan = plan
         self.graph = graph
         self.simdlen = simdlen
         self.threads = threads
         self.parallel_threshold = parallel_threshold
+        self.serial = serial  # no OpenMP loop, whatever the work
         self.seed_buffer = graph.seed_buffer.name if graph.seed_buffer is not None else ""
         self._tmp = 0
         self.params: dict[str, tuple[str, bool]] = {}  # buffer -> (param name, written)
@@ -638,7 +641,7 @@ class CppKernel:
             tail += self._segment(seg, outer_vars)
         lines += ["for (int64_t l = 0; l < nb; ++l) {", *("    " + t for t in tail), "}"]
         out = []
-        parallel = self._work() >= self.parallel_threshold
+        parallel = not self.serial and self._work() >= self.parallel_threshold
         if parallel:
             clauses = [f"collapse({len(outer)})"] if len(outer) > 1 else []
             if self.threads:
@@ -669,7 +672,8 @@ class CppKernel:
         parallel_dims = len(outer) - 1 if vector_last else len(outer)
         scatter = any(n.is_scatter for n in self.plan.kernel.nodes)
         parallel = (
-            self._work() >= self.parallel_threshold
+            not self.serial
+            and self._work() >= self.parallel_threshold
             and math.prod(outer[:parallel_dims]) > 1
             and not scatter
         )
@@ -1061,6 +1065,23 @@ class GeneratedKernel:
     params: list[tuple[str, bool]]  # (buffer name, written)
 
 
+def generate_kernel(
+    plan: KernelPlan,
+    graph: GraphIR,
+    simdlen: int,
+    threads: int | None,
+    parallel_threshold: int,
+    serial: bool = False,
+) -> GeneratedKernel:
+    """The C++ source of one planned kernel, named by the hash of its text (identical kernels
+    share a name); ``serial``: its loops run on the calling thread, without OpenMP."""
+    emitter = CppKernel(plan, graph, simdlen, threads, parallel_threshold, serial)
+    text, params = emitter.emit()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    name = f"kiln_{digest}"
+    return GeneratedKernel(name, text.replace("KERNEL_NAME", name), params)
+
+
 def generate_kernels(
     plans: dict[str, KernelPlan],
     graph: GraphIR,
@@ -1068,16 +1089,11 @@ def generate_kernels(
     threads: int | None,
     parallel_threshold: int,
 ) -> dict[str, GeneratedKernel]:
-    """C++ source of every planned kernel (by kernel name), named by the hash of its text
-    (identical kernels share a name)."""
-    out: dict[str, GeneratedKernel] = {}
-    for kernel_name, plan in plans.items():
-        emitter = CppKernel(plan, graph, simdlen, threads, parallel_threshold)
-        text, params = emitter.emit()
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        name = f"kiln_{digest}"
-        out[kernel_name] = GeneratedKernel(name, text.replace("KERNEL_NAME", name), params)
-    return out
+    """C++ source of every planned kernel (by kernel name), as :func:`generate_kernel` makes it."""
+    return {
+        kernel_name: generate_kernel(plan, graph, simdlen, threads, parallel_threshold)
+        for kernel_name, plan in plans.items()
+    }
 
 
 def translation_unit(kernels: list[GeneratedKernel]) -> str:
