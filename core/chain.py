@@ -175,6 +175,7 @@ class BackendChain:
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list) -> Callable:
         from torchkiln.aot import aot_autograd, default_decompositions
+        from torchkiln.aot.partition import MaterializingMinCut
 
         first = self.links[0].capabilities()
         table = first.decompositions() if first.decompositions else default_decompositions()
@@ -183,7 +184,16 @@ class BackendChain:
             for kind, title in (("fw", "forward"), ("bw", "backward"), ("inference", "inference"))
         }
         cache = self.store.codec() if self.store is not None else None
-        return aot_autograd(decompositions=table, cache=cache, **compilers)(gm, example_inputs)
+        partition_fn = None
+        if self.links[0].partial and first.saves_for_others:
+
+            def materialized(node: fx.Node) -> bool:
+                return node.op == "call_function" and first.verdict(node) is not True
+
+            partition_fn = MaterializingMinCut(materialized)
+        return aot_autograd(
+            decompositions=table, cache=cache, partition_fn=partition_fn, **compilers
+        )(gm, example_inputs)
 
     def plan(self, gm: fx.GraphModule, start: int = 0, title: str = "graph") -> PartitionPlan:
         """Split ``gm`` among ``self.links[start:]`` (labels index ``self.links``)."""

@@ -148,6 +148,11 @@ class Capabilities:
     ``salt`` names the code that made it (the plugin's source fingerprint, its runtime's
     version). The core adds the backend's name and options to the key
     (``torchkiln.chain_cache``).
+
+    ``saves_for_others`` (training, the chain's first backend): a forward value that the
+    backward reads only in ops this backend does not run is saved, not recomputed by the
+    backward (``torchkiln.aot.MaterializingMinCut``): recomputed, it would be written out
+    for the other backend anyway. Off by default (the plain min cut).
     """
 
     compile_partition: Callable[..., Callable]
@@ -156,6 +161,7 @@ class Capabilities:
     decompositions: Callable[[], Mapping[Any, Callable]] | None = None
     configure: Callable[[Mapping[str, Any]], Capabilities] | None = None
     codec: ArtifactCodec | None = None
+    saves_for_others: bool = False
 
     def __post_init__(self) -> None:
         if not self.ops and self.supports is None:

@@ -93,12 +93,18 @@ from torchkiln.aot.decompositions import (
     default_decompositions,
     keep_whole,
 )
-from torchkiln.aot.partition import min_cut_partition, partition_with_saved, simple_partition
+from torchkiln.aot.partition import (
+    MaterializingMinCut,
+    min_cut_partition,
+    partition_with_saved,
+    simple_partition,
+)
 
 __all__ = [
     "KEEP_WHOLE",
     "ArtifactCodec",
     "BoxedGraph",
+    "MaterializingMinCut",
     "aot_autograd",
     "core_aten_table",
     "default_decompositions",

@@ -182,7 +182,7 @@ class PlanCache:
                 source_fingerprint(str(Path(torchkiln.__file__).parent)),
                 codec.salt,
                 ops,
-                stable_name(partition_fn),
+                getattr(partition_fn, "cache_name", None) or stable_name(partition_fn),
             )
         )
 

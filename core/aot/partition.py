@@ -13,12 +13,15 @@ What differs between partitioners is only the choice of saved values:
 * :func:`min_cut_partition` saves the set of values with the fewest bytes
   from which backward can recompute the rest with cheap ops (see
   :mod:`torchkiln.aot.recompute` for what counts as cheap).
+* :class:`MaterializingMinCut` is the min cut for a backend that runs only some
+  ops (the core's chains): a value whose every backward reader runs elsewhere is
+  saved, not recomputed.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch.fx as fx
 
@@ -140,7 +143,9 @@ def simple_partition(
 
 
 def min_cut_partition(
-    joint_gm: fx.GraphModule, num_fwd_outputs: int
+    joint_gm: fx.GraphModule,
+    num_fwd_outputs: int,
+    materialized: Callable[[fx.Node], bool] | None = None,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Save the fewest bytes; recompute cheap ops in backward.
 
@@ -151,6 +156,11 @@ def min_cut_partition(
     nodes (those reading a tangent) drain into the sink. A minimum cut is a
     cheapest set of values to save: everything on the sink side is
     recomputed in backward from them.
+
+    ``materialized(node)``: whether a backward node reads its inputs from memory, with no
+    recomputation fused into it (it runs in another backend than the recomputation
+    would). A value whose every backward reader is such a node is never recomputed
+    (:func:`_written_for_others`).
     """
     import networkx as nx  # here, not at import: it costs a warm start 0.15 s
 
@@ -166,7 +176,11 @@ def min_cut_partition(
             network.add_edge(f"{node.name}_in", f"{node.name}_out")  # infinite: never saved
         else:
             network.add_edge(f"{node.name}_in", f"{node.name}_out", capacity=cost)
-        if node.op == "placeholder" or not is_recomputable(node):
+        if (
+            node.op == "placeholder"
+            or not is_recomputable(node)
+            or _written_for_others(node, dependent, materialized)
+        ):
             network.add_edge("source", f"{node.name}_in")
         for user in node.users:
             if user in dependent and user in needed:
@@ -188,3 +202,36 @@ def min_cut_partition(
             and f"{node.name}_out" not in source_side
         }
     return partition_with_saved(joint_gm, num_fwd_outputs, _in_graph_order(joint_gm, saved))
+
+
+def _written_for_others(
+    node: fx.Node, dependent: set[fx.Node], materialized: Callable[[fx.Node], bool] | None
+) -> bool:
+    """Whether ``node``'s value, recomputed, would only be written to memory for backward
+    nodes that read it from there (``materialized``): saving it costs that one write, in the
+    forward; recomputing it costs the same write and reading its inputs again (chain:
+    ``x * w + b`` and its GELU, recomputed by OpenVINO for torch's fused backwards, 5.75 ms
+    a step, where saving them cost the forward one more output)."""
+    if materialized is None:
+        return False
+    readers = [user for user in node.users if user in dependent]
+    return bool(readers) and all(materialized(user) for user in readers)
+
+
+class MaterializingMinCut:
+    """:func:`min_cut_partition` with ``materialized``: the partitioner the core gives a
+    chain whose first backend runs only some ops (``materialized`` says which backward
+    nodes it does not run).
+
+    ``cache_name`` keys the plan cache: the predicate depends only on the chain's
+    backends, which the chain's codec salt names."""
+
+    cache_name = "torchkiln.aot.partition:MaterializingMinCut"
+
+    def __init__(self, materialized: Callable[[fx.Node], bool]):
+        self.materialized = materialized
+
+    def __call__(
+        self, joint_gm: fx.GraphModule, num_fwd_outputs: int
+    ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        return min_cut_partition(joint_gm, num_fwd_outputs, materialized=self.materialized)

@@ -229,10 +229,21 @@ def capabilities(compile_partition, decompositions, check_options, codec=None) -
             return supports(node, torch_when_large)
 
         return Capabilities(
-            compile_partition, frontend_ops(), supports_unless_disabled, decompositions, codec=codec
+            compile_partition,
+            frontend_ops(),
+            supports_unless_disabled,
+            decompositions,
+            codec=codec,
+            saves_for_others=True,
         )
 
     base = Capabilities(
-        compile_partition, frontend_ops(), supports, decompositions, configure, codec=codec
+        compile_partition,
+        frontend_ops(),
+        supports,
+        decompositions,
+        configure,
+        codec=codec,
+        saves_for_others=True,
     )
     return base

@@ -256,3 +256,39 @@ def test_a_backend_gives_exactly_one_of_compile_fn_and_capabilities(given):
         kwargs = {}
     with pytest.raises(TypeError, match=f"got {given} of compile_fn and capabilities"):
         Backend("half_declared", **kwargs)
+
+
+def tanh_of_multiply_add(x, w):
+    return torch.tanh(x * w + x) * 2
+
+
+@pytest.mark.parametrize("saves_for_others", [False, True])
+def test_a_backend_that_saves_for_others_gets_no_recomputation_for_the_next(
+    saves_for_others, monkeypatch
+):
+    """``tanh_backward`` runs in eager, the backend after ``saver``: with
+    ``saves_for_others`` the forward saves the ``tanh`` it reads, and the backward
+    recomputes nothing (no partition of ``saver`` rebuilds ``x * w + x`` for eager)."""
+    registry._registry._discover()
+    monkeypatch.setattr(registry._registry, "_backends", dict(registry._registry._backends))
+    compiled: list[fx.GraphModule] = []
+
+    def compile_partition(gm, example_inputs):
+        compiled.append(gm)
+        return gm.forward
+
+    caps = Capabilities(
+        compile_partition=compile_partition,
+        ops=ADD_MUL | {aten.tanh.default},
+        decompositions=dict,  # none: tanh_backward stays whole, and eager's
+        saves_for_others=saves_for_others,
+    )
+    torchkiln.register_backend(Backend("saver", capabilities=caps))
+    compiled_fn = torchkiln.compile(tanh_of_multiply_add, backend="saver")
+    for _ in range(2):
+        inputs = fresh_inputs()
+        actual = run_with_grads(compiled_fn, *inputs)
+        torch.testing.assert_close(actual, run_with_grads(tanh_of_multiply_add, *inputs))
+    _forward, *backward = compiled  # one forward partition: every op is the backend's
+    recomputed = [n.target for gm in backward for n in compute_nodes(gm.graph)]
+    assert (aten.tanh.default in recomputed) is not saves_for_others

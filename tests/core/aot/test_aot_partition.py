@@ -9,7 +9,13 @@ import torch.fx as fx
 import torch.nn.functional as F
 from aot_testing import RecordingCompiler, ops, saved_values
 
-from torchkiln.aot import aot_autograd, default_decompositions, min_cut_partition, simple_partition
+from torchkiln.aot import (
+    MaterializingMinCut,
+    aot_autograd,
+    default_decompositions,
+    min_cut_partition,
+    simple_partition,
+)
 
 aten = torch.ops.aten
 
@@ -63,6 +69,41 @@ def test_chain_of_twenty_pointwise_ops_saves_at_most_two_tensors() -> None:
     x = torch.randn(64, requires_grad=True)
     _, bw_gm, grads, expected = _compile_and_backward(twenty_pointwise_ops, [x])
     assert len(saved_values(bw_gm)) <= 2
+    torch.testing.assert_close(grads, expected)
+
+
+def tanh_of_multiply_add(x, w):
+    return torch.tanh(x * w + x) * 2
+
+
+def test_min_cut_recomputes_what_a_materializing_reader_reads_unless_told() -> None:
+    """Without ``materialized``, the backward recomputes ``tanh(x * w + x)`` from the
+    inputs it saves anyway; when its one backward reader (``tanh_backward``) runs
+    elsewhere, the forward saves it instead."""
+    x, w = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    _, bw_gm, grads, expected = _compile_and_backward(tanh_of_multiply_add, [x, w])
+    assert aten.tanh.default in ops(bw_gm)
+    torch.testing.assert_close(grads, expected)
+
+    materializing = MaterializingMinCut(lambda node: node.target is aten.tanh_backward.default)
+    _, bw_gm, grads, expected = _compile_and_backward(tanh_of_multiply_add, [x, w], materializing)
+    assert aten.tanh.default not in ops(bw_gm)
+    assert ops(bw_gm).count(aten.add.Tensor) == 1  # only the gradient of x: nothing recomputed
+    torch.testing.assert_close(grads, expected)
+
+
+def tanh_times_its_input(x, w):
+    y = x * w + x
+    return torch.tanh(y) * y
+
+
+def test_min_cut_recomputes_a_value_that_another_backward_reader_fuses() -> None:
+    """``tanh(y)`` is read by ``tanh_backward`` (materializing) and by a multiply (not): it
+    is recomputed as without ``materialized``."""
+    x, w = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    materializing = MaterializingMinCut(lambda node: node.target is aten.tanh_backward.default)
+    _, bw_gm, grads, expected = _compile_and_backward(tanh_times_its_input, [x, w], materializing)
+    assert aten.tanh.default in ops(bw_gm)
     torch.testing.assert_close(grads, expected)
 
 
