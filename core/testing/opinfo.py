@@ -208,7 +208,7 @@ class OpSample:
 
 def opinfos(names: Iterable[str] | None = None) -> Iterator[tuple[str, Any]]:
     """``(full name, OpInfo)`` for each entry of ``op_db`` named in ``names`` (all: ``None``)."""
-    from torch.testing._internal.common_methods_invocations import op_db
+    op_db = _op_db()
 
     wanted = set(names) if names is not None else None
     seen = set()
@@ -218,6 +218,19 @@ def opinfos(names: Iterable[str] | None = None) -> Iterator[tuple[str, Any]]:
             continue
         seen.add(full_name)
         yield full_name, op
+
+
+def _op_db() -> list:
+    """torch's OpInfo database. Importing it runs ``torch.testing._internal.common_utils``,
+    which replaces ``ScriptFunction.__call__`` and ``ScriptMethod.__call__`` with profiling
+    wrappers for torch's own test suite: the calls are put back as they were, so that calling
+    (or compiling a call of) a TorchScript function later in this process is unchanged."""
+    script_call, method_call = torch._C.ScriptFunction.__call__, torch._C.ScriptMethod.__call__
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    torch._C.ScriptFunction.__call__ = script_call
+    torch._C.ScriptMethod.__call__ = method_call
+    return op_db
 
 
 def samples(

@@ -104,3 +104,14 @@ def test_gradients_match_eager_slow(op, backend):
     if backend == "triton":
         pytest.importorskip("triton", reason="triton is not installed")
     _check(op, cpu_backend=backend)
+
+
+def test_loading_the_op_database_leaves_torchscript_calls_alone():
+    """torch's OpInfo module replaces ``ScriptFunction.__call__`` with a Python profiling
+    wrapper as it loads; ``opinfos`` puts the original back (this module loaded it at
+    collection), or capturing a call of a script function would trace into the wrapper."""
+    import inspect
+
+    list(opinfos(["add"]))
+    assert not inspect.isfunction(torch._C.ScriptFunction.__call__)
+    assert not inspect.isfunction(torch._C.ScriptMethod.__call__)
