@@ -169,7 +169,9 @@ def test_candidates_vary_loop_blocks_and_keep_persistent_ones():
     def fn(x, y):
         return x.sum(1), torch.softmax(y, -1)
 
-    compiled = check(fn, torch.randn(3, 5000), torch.randn(4, 8), **TUNED)
+    # positive values to sum, as ``_three_inputs``: a row of randn summing near zero let a
+    # config's order of sums miss the float32 tolerance (about 1 run in 12)
+    compiled = check(fn, torch.rand(3, 5000), torch.randn(4, 8), **TUNED)
     launches = {k.rnumels: k for k in compiled.artifact.triton.launches}
     looped = launches[(("RBLOCK0", 5000),)]
     persistent = launches[(("RBLOCK0", 8),)]
