@@ -26,7 +26,7 @@ from .autotune.cpp_kernels import CppTuning, cpp_tuning
 from .autotune.tuner import LIGHT_TUNING, TuningSettings, cpp_gemm_not_templated
 from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
 from .codegen.triton import TritonModule, generate_triton
-from .codegen.triton_templates import add_gemm_templates
+from .codegen.triton_templates import add_templates
 from .codegen.wrapper import WrapperCodegen
 from .cpp_build import load_library
 from .device import DeviceCaps, device_caps
@@ -189,7 +189,7 @@ def generate(
         module, launches = generate_triton(plans, graph, tuning if options.max_autotune else light)
         if options.max_autotune or options.max_autotune_gemm:
             templates = plan_templates(schedule, plans, output_names)
-            module, launches = add_gemm_templates(module, launches, templates, graph, tuning)
+            module, launches = add_templates(module, launches, templates, graph, tuning)
         kernels: list[GeneratedKernel] = []
         wrapper = WrapperCodegen(graph, schedule, plans, launches, single)
         cpp_source = ""

@@ -120,10 +120,11 @@ _FIELDS: tuple[tuple[str, Option], ...] = (
         Option(
             "max_autotune_gemm",
             False,
-            "each matmul (mm, addmm, bmm) on the Triton target measures, at its first call, "
-            "the aten call plus its pointwise epilogue as a kernel of its own against Triton "
-            "matmul templates with the epilogue fused into their store, and keeps the fastest "
-            "(stored on disk); max_autotune turns it on too",
+            "each matmul (mm, addmm, bmm) and 2-D convolution (not grouped, not transposed) on "
+            "the Triton target measures, at its first call, the aten call plus its pointwise "
+            "epilogue as a kernel of its own against Triton templates with the epilogue fused "
+            "into their store, and keeps the fastest (stored on disk); max_autotune turns it "
+            "on too",
             bool,
         ),
     ),

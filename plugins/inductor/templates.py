@@ -1,27 +1,38 @@
-"""Which matmuls run as templates, and which pointwise kernel each one's store takes in.
+"""Which matmuls and convolutions run as templates, and which pointwise kernel each one's
+store takes in.
 
 With ``max_autotune_gemm`` (or ``max_autotune``) on the Triton target, every aten ``mm``,
-``addmm`` and ``bmm`` call of the schedule whose operands a template handles (float32,
-float16 or bfloat16, any strides, fewer than 2**31 elements) becomes a :class:`TemplateStep`:
-a choice, measured at its first call, between the template in each of its block configs with
-the epilogue fused into its store, and the aten call followed by the epilogue as its own kernel
-(:mod:`.codegen.triton_templates`, :mod:`.autotune.gemm`).
+``addmm``, ``bmm`` and 2-D ``convolution`` call of the schedule whose operands a template
+handles (float32, float16 or bfloat16, any strides, fewer than 2**31 elements; a convolution
+neither grouped nor transposed) becomes a :class:`TemplateStep`: a choice, measured at its
+first call, between the template in each of its block configs with the epilogue fused into
+its store, and the aten call followed by the epilogue as its own kernel
+(:mod:`.codegen.triton_templates`, :mod:`.autotune.templates`).
+
+A template computes a product of ``M x N`` elements (per batch) reduced over ``K``: a
+matmul's, or a convolution's as an implicit GEMM, whose rows are the output's (image, row,
+column) positions, whose columns are its channels, and whose ``K`` runs over the kernel's
+taps and the input channels (:class:`ConvStep`). Each step says where the element at (batch,
+row, column) of that product lies in the aten call's result (``product_index``).
 
 The epilogue is the first step that reads the product, when it is a kernel pointwise over the
 product's own elements: its outer loops enumerate them and every read of the product is at
-the element the loops are at (bias add, activation, residual add, cast, scaling). Its loop
-variables are then functions of the product's flat position, found by inverting that read
-(``o_i = (position // coefficient_i) % size_i``) and checked by substituting them back. The
-step takes the epilogue's place in the schedule, and stores the product too when anything
-else reads it (a graph output, a later step: the backward's saved value). A first reader that
-reduces, reads the product at other elements or loops over another space stays a kernel of
-its own; the template then stores the product where the aten call did.
+the element the loops are at (bias add, activation, residual add, batch norm with running
+statistics, cast, scaling). Its loop variables are then functions of the product's flat
+position, found by inverting that read (``o_i = (position // coefficient_i) % size_i``) and
+checked by substituting them back. The step takes the epilogue's place in the schedule, and
+stores the product too when anything else reads it (a graph output, a later step: the
+backward's saved value). A first reader that reduces, reads the product at other elements or
+loops over another space stays a kernel of its own; the template then stores the product
+where the aten call did.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -33,6 +44,7 @@ from .scheduler import OUTER, ExternStep, FusedKernel, Schedule, kernel_vars
 _aten = torch.ops.aten
 #: the aten matmuls a template computes, by name
 GEMM_OPS = {_aten.mm.default: "mm", _aten.addmm.default: "addmm", _aten.bmm.default: "bmm"}
+CONVOLUTION = _aten.convolution.default
 #: operand dtypes (``tl.dot`` accumulates them in float32)
 TEMPLATE_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 #: templates index with 32-bit offsets: larger buffers stay aten calls
@@ -41,15 +53,46 @@ MAX_ELEMENTS = 2**31
 
 @dataclass
 class TemplateStep:
-    """The matmul ``extern`` computed by a template, ``epilogue`` (a pointwise kernel's plan,
-    or None) fused into its store; ``radix``: per outer loop of the epilogue, its coefficient
-    in the product's flat position and its size."""
+    """The aten call ``extern`` computed by a template, ``epilogue`` (a pointwise kernel's
+    plan, or None) fused into its store; ``radix``: per outer loop of the epilogue, its
+    coefficient in the product's flat position and its size. Its kinds, :class:`GemmStep`
+    and :class:`ConvStep`, say what the product is: ``op`` (the aten op's name),
+    ``operands()``, ``sizes()`` (batch, M, N, K) and ``product_index(batch, row, col)``
+    (where that element of the product lies in the aten call's result)."""
 
     name: str
     extern: ExternKernel
     epilogue: KernelPlan | None
     store_product: bool
     radix: tuple[tuple[int, int], ...] = ()
+
+    #: the aten call allocates its result (it has no ``out=`` variant that writes in place):
+    #: the template call returns the product, where it is stored, instead of writing a buffer
+    #: the wrapper allocated
+    returns_product: ClassVar[bool] = False
+
+    def epilogue_vars(self, position: Expr) -> list[Expr]:
+        """The epilogue's outer loop variables at the product's flat ``position``."""
+        return [position.floordiv(c).mod(size) for c, size in self.radix]
+
+    def read_names(self) -> set[str]:
+        names = {v.buffer.name for v in self.extern.tensor_args()}
+        if self.epilogue is not None:
+            names |= set(self.epilogue.inputs) - {self.extern.name}
+        return names
+
+    def stored(self) -> list:
+        """The buffers the step writes: the product if read elsewhere, the epilogue's stores."""
+        out = [self.extern] if self.store_product else []
+        if self.epilogue is not None:
+            plan = self.epilogue
+            out += [n.buffer for n in plan.kernel.nodes if n.name in plan.stored]
+        return out
+
+
+@dataclass
+class GemmStep(TemplateStep):
+    """An ``mm``, ``addmm`` or ``bmm``."""
 
     @property
     def op(self) -> str:
@@ -76,40 +119,124 @@ class TemplateStep:
         layout: Layout = self.extern.layout
         return layout.index([batch, row, col] if self.op == "bmm" else [row, col])
 
-    def epilogue_vars(self, position: Expr) -> list[Expr]:
-        """The epilogue's outer loop variables at the product's flat ``position``."""
-        return [position.floordiv(c).mod(size) for c, size in self.radix]
+    @staticmethod
+    def handles(ext: ExternKernel) -> bool:
+        """A matmul of float operands of one dtype, none empty or too large for 32-bit
+        offsets, addmm's scales numbers."""
+        if ext.op not in GEMM_OPS or ext.layout is None:
+            return False
+        if any(arg.kind != "tensor" for arg in ext.args):
+            return False
+        if set(ext.kwargs) - {"alpha", "beta"}:
+            return False
+        if any(not isinstance(arg.value, (int, float)) for arg in ext.kwargs.values()):
+            return False
+        return _fits([arg.value for arg in ext.args], ext.layout)
 
-    def read_names(self) -> set[str]:
-        names = {v.buffer.name for v in self.extern.tensor_args()}
-        if self.epilogue is not None:
-            names |= set(self.epilogue.inputs) - {self.extern.name}
-        return names
 
-    def stored(self) -> list:
-        """The buffers the step writes: the product if read elsewhere, the epilogue's stores."""
-        out = [self.extern] if self.store_product else []
-        if self.epilogue is not None:
-            plan = self.epilogue
-            out += [n.buffer for n in plan.kernel.nodes if n.name in plan.stored]
-        return out
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A 2-D convolution's sizes: input ``[batch, c_in, height, width]``, weight ``[c_out,
+    c_in, kernel...]``, output ``[batch, c_out, out...]``; per spatial dimension (height,
+    width) its stride, padding and dilation."""
+
+    batch: int
+    c_in: int
+    height: int
+    width: int
+    c_out: int
+    kernel: tuple[int, int]
+    out: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+
+
+@dataclass
+class ConvStep(TemplateStep):
+    """A 2-D ``convolution``: the product is its ``[batch * out_h * out_w, c_out]`` implicit
+    GEMM, reduced over ``c_in * kernel_h * kernel_w``; aten's call returns a new tensor."""
+
+    returns_product: ClassVar[bool] = True
+
+    @property
+    def op(self) -> str:
+        return "convolution"
+
+    def operands(self) -> tuple[StorageView, StorageView, StorageView | None]:
+        """(input, weight, bias)."""
+        x, weight, bias = (arg.value for arg in self.extern.args[:3])
+        return x, weight, bias
+
+    def geometry(self) -> ConvGeometry:
+        x, weight, _ = self.operands()
+        stride, padding, dilation = (tuple(arg.value) for arg in self.extern.args[3:6])
+        _, _, *out = self.extern.layout.size
+        return ConvGeometry(
+            *x.size, weight.size[0], tuple(weight.size[2:]), tuple(out), stride, padding, dilation
+        )
+
+    def sizes(self) -> tuple[int, int, int, int]:
+        """(1, M, N, K) of the implicit GEMM."""
+        g = self.geometry()
+        return 1, g.batch * math.prod(g.out), g.c_out, g.c_in * math.prod(g.kernel)
+
+    def product_index(self, batch: Expr, row: Expr, col: Expr) -> Expr:
+        """Where output channel ``col`` at (image, y, x) number ``row`` is in the result."""
+        out_h, out_w = self.geometry().out
+        image, y, x = row.floordiv(out_h * out_w), row.floordiv(out_w).mod(out_h), row.mod(out_w)
+        return self.extern.layout.index([image, col, y, x])
+
+    @staticmethod
+    def handles(ext: ExternKernel) -> bool:
+        """A 2-D convolution, neither grouped nor transposed, of float tensors of one dtype,
+        none empty or too large for 32-bit offsets."""
+        if ext.op is not CONVOLUTION or ext.layout is None or ext.kwargs or len(ext.args) != 9:
+            return False
+        x, weight, bias, stride, padding, dilation, transposed, _, groups = ext.args
+        if x.kind != "tensor" or weight.kind != "tensor" or bias.kind == "list":
+            return False
+        if len(x.value.size) != 4 or transposed.value or groups.value != 1:
+            return False
+        if any(len(arg.value) != 2 for arg in (stride, padding, dilation)):
+            return False
+        views = [x.value, weight.value] + ([bias.value] if bias.kind == "tensor" else [])
+        return _fits(views, ext.layout)
+
+
+def _fits(views: list[StorageView], layout: Layout) -> bool:
+    """Whether a template reads ``views`` and writes ``layout``: float, of one dtype, none
+    empty, all within 32-bit offsets."""
+    dtype = layout.dtype
+    if dtype not in TEMPLATE_DTYPES or any(v.dtype != dtype for v in views):
+        return False
+    layouts = [v.buffer.layout for v in views] + [layout]
+    if any(lay.storage_numel() >= MAX_ELEMENTS for lay in layouts):
+        return False
+    return all(s > 0 for v in views for s in v.size)
+
+
+def template_for(ext: ExternKernel) -> type[TemplateStep] | None:
+    """The kind of template that computes this aten call, if any."""
+    return next((kind for kind in (GemmStep, ConvStep) if kind.handles(ext)), None)
 
 
 def plan_templates(
     schedule: Schedule, plans: dict[str, KernelPlan], output_names: set[str]
 ) -> list[TemplateStep]:
-    """Replace each templatable matmul of ``schedule.steps`` by a :class:`TemplateStep` (at
-    its epilogue's place when one fuses) and return them."""
+    """Replace each matmul and convolution of ``schedule.steps`` that a template computes by
+    a :class:`TemplateStep` (at its epilogue's place when one fuses) and return them."""
     steps = schedule.steps
     reads = [_reads(step) for step in steps]
     placed: dict[int, TemplateStep] = {}  # position -> the template that runs there
     moved: set[int] = set()  # positions of matmuls whose template runs at their epilogue
     for i, step in enumerate(steps):
-        if not (isinstance(step, ExternStep) and templatable(step.kernel)):
+        kind = template_for(step.kernel) if isinstance(step, ExternStep) else None
+        if kind is None:
             continue
         product = step.kernel
         readers = [j for j in range(i + 1, len(steps)) if product.name in reads[j]]
-        template = TemplateStep(f"template{len(placed)}", product, None, True)
+        template = kind(f"template{len(placed)}", product, None, True)
         at = i
         if readers and readers[0] not in placed and _no_writes_between(steps, i, readers[0]):
             kernel = steps[readers[0]]
@@ -117,33 +244,12 @@ def plan_templates(
             radix = epilogue_radix(plan, template) if plan is not None else None
             if radix is not None:
                 others = len(readers) > 1 or product.name in output_names
-                template = TemplateStep(template.name, product, plan, others, radix)
+                template = kind(template.name, product, plan, others, radix)
                 at = readers[0]
                 moved.add(i)
         placed[at] = template
     schedule.steps = [placed.get(j, s) for j, s in enumerate(steps) if j not in moved]
     return list(placed.values())
-
-
-def templatable(ext: ExternKernel) -> bool:
-    """Whether a template computes this aten call: a matmul of float operands of one dtype,
-    none empty or too large for 32-bit offsets, addmm's scales numbers."""
-    if ext.op not in GEMM_OPS or ext.layout is None:
-        return False
-    if any(arg.kind != "tensor" for arg in ext.args):
-        return False
-    if set(ext.kwargs) - {"alpha", "beta"}:
-        return False
-    if any(not isinstance(arg.value, (int, float)) for arg in ext.kwargs.values()):
-        return False
-    views = [arg.value for arg in ext.args]
-    dtype = ext.layout.dtype
-    if dtype not in TEMPLATE_DTYPES or any(v.dtype != dtype for v in views):
-        return False
-    layouts = [v.buffer.layout for v in views] + [ext.layout]
-    if any(lay.storage_numel() >= MAX_ELEMENTS for lay in layouts):
-        return False
-    return all(s > 0 for v in views for s in v.size)
 
 
 def epilogue_radix(
@@ -181,7 +287,7 @@ def epilogue_radix(
         position = template.product_index(
             *(Expr.of(Var(name, s)) for name, s in (("batch", batch), ("row", m), ("col", n)))
         )
-    values = TemplateStep("", product, plan, False, radix).epilogue_vars(position)
+    values = dataclasses.replace(template, radix=radix).epilogue_vars(position)
     mapping = {v.single_atom(): e for v, e in zip(outer, values) if v.single_atom() is not None}
     if any(index.subs(mapping) != position for index in reads):
         return None

@@ -4,7 +4,7 @@ fastest, and store the winner so that the next process only builds that one.
 A :class:`Choice` is one way to compute a kernel's outputs: a name (stable across processes:
 the store keys on it) and ``build(args)``, which compiles for ``args`` and returns the
 launcher ``launch(*args)``. Block-size configs of a generated Triton kernel are choices
-(``triton_kernels.py``), and so are matmul templates (``gemm.py``) and the variants of a
+(``triton_kernels.py``), and so are matmul and convolution templates (``templates.py``) and the variants of a
 generated C++ kernel (``cpp_kernels.py``).
 
 Builds run on a pool of threads, each with a deadline (:data:`BUILD_TIMEOUT_S`): a config
@@ -296,8 +296,8 @@ def batched_min_ms(fn: Callable[[], None]) -> float:
 
 @functools.cache
 def cpp_gemm_not_templated() -> None:
-    """Said once per process: the matmul templates are Triton kernels."""
+    """Said once per process: the matmul and convolution templates are Triton kernels."""
     logs.log.warning(
-        "max_autotune_gemm: matmuls of CPU graphs keep their oneDNN/BLAS calls (the matmul "
-        "templates are Triton kernels, for CUDA tensors)"
+        "max_autotune_gemm: matmuls and convolutions of CPU graphs keep their oneDNN/BLAS "
+        "calls (the templates are Triton kernels, for CUDA tensors)"
     )

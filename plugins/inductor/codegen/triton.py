@@ -49,7 +49,7 @@ from ..scheduler import INNER, OUTER, SchedulerNode
 from .triton_launch import compile_at_once, launcher_for, use_triton_cache
 
 if TYPE_CHECKING:
-    from .triton_templates import GemmLaunch
+    from .triton_templates import TemplateLaunch
 
 #: elements of one ``[XBLOCK, RBLOCK]`` tile
 TILE_ELEMENTS = 4096
@@ -239,7 +239,7 @@ class _Tile:
     rblock: str  # the RBLOCK constexpr name ("1" without one)
     # expressions defined in the segment's region, by text -> value (CSE)
     cse: dict[str, TritonValue] = field(default_factory=dict)
-    xblock: str = "XBLOCK"  # the x axis's block (a matmul template's rows: BLOCK_M)
+    xblock: str = "XBLOCK"  # the x axis's block (a template's rows: BLOCK_M)
 
     def shape(self, dims: frozenset[str]) -> str:
         return f"[{self.xblock if 'x' in dims else 1}, {self.rblock if 'r' in dims else 1}]"
@@ -707,7 +707,8 @@ class TritonKernel:
 
     def emit_pointwise(self, handler: TritonOpsHandler, outer_vars: list[Expr]) -> None:
         """Emit the plan's nodes, pointwise over its outer loops only, at ``outer_vars`` in
-        ``handler``'s tile: a matmul template's fused epilogue (``triton_templates.py``)."""
+        ``handler``'s tile: a matmul or convolution template's fused epilogue
+        (``triton_templates.py``)."""
         for seg in self.plan.segments:
             self._nodes(seg, handler, outer_vars, [])
 
@@ -1048,8 +1049,9 @@ class TritonModule:
     launches: tuple[KernelLaunch, ...]
     # tune at their first call: every kernel (max_autotune), or those with a reduction (light)
     autotune: TuningSettings | None = None
-    # matmul templates (``triton_templates.py``), each tuned against aten at its first call
-    templates: tuple[GemmLaunch, ...] = ()
+    # matmul and convolution templates (``triton_templates.py``), each tuned against aten at
+    # its first call
+    templates: tuple[TemplateLaunch, ...] = ()
     template_tuning: TuningSettings | None = None
 
     def load(self, namespace: dict[str, Any], fresh: bool = False) -> None:
@@ -1071,12 +1073,12 @@ class TritonModule:
         root = private_cache_dir()  # Triton's cache holds libraries it loads: only a trusted one
         if root is not None:
             use_triton_cache(root)
-        gemms = {}
+        templates = {}
         if self.templates:
-            from ..autotune.gemm import tuned_gemms
+            from ..autotune.templates import tuned_templates
 
-            gemms = tuned_gemms(module, self.templates, self.template_tuning, namespace)
-            namespace.update(gemms)
+            templates = tuned_templates(module, self.templates, self.template_tuning, namespace)
+            namespace.update(templates)
         tuned = {}
         if self.autotune is not None:
             from ..autotune.triton_kernels import tuned_launchers
@@ -1090,7 +1092,7 @@ class TritonModule:
         kernels = [(launchers[k.name], k.dtypes, k.device) for k in untuned]
         # the candidates of every tuned kernel and template, in one batch (duplicates: kernels
         # of the same text share a function)
-        tuning = [*tuned.values(), *gemms.values()]
+        tuning = [*tuned.values(), *templates.values()]
         jobs = list(dict.fromkeys(job for kernel in tuning for job in kernel.worker_jobs()))
         compile_at_once(kernels, in_workers=fresh, jobs=jobs)
         namespace.update(launchers)

@@ -1,27 +1,35 @@
-"""Triton GEMM templates: mm, addmm and bmm with their pointwise epilogue in the store.
+"""Triton templates: mm, addmm, bmm and 2-D convolution with their pointwise epilogue in the
+store.
 
-In: a graph's :class:`~..templates.TemplateStep` s (a matmul, and the plan of the epilogue
-kernel fused into it, if any). Out: one ``@triton.jit`` function per step, appended to the
-graph's :class:`~.triton.TritonModule`, and its :class:`GemmLaunch`: what the wrapper calls,
-and how the aten alternative computes the same buffers. :mod:`..autotune.gemm` measures
-both at the first call.
+In: a graph's :class:`~..templates.TemplateStep` s (a matmul or a convolution, and the plan of
+the epilogue kernel fused into it, if any). Out: one ``@triton.jit`` function per step,
+appended to the graph's :class:`~.triton.TritonModule`, and its :class:`TemplateLaunch`: what
+the wrapper calls, and how the aten alternative computes the same buffers.
+:mod:`..autotune.templates` measures both at the first call.
 
 Each program computes a ``[BLOCK_M, BLOCK_N]`` tile of the product, looping over ``K`` in
 ``BLOCK_K`` steps: ``tl.dot`` of the operands in their own dtype, accumulated in float32
-(float32 operands in TF32 only where ``torch.backends.cuda.matmul.allow_tf32`` allows it, as
-eager's cuBLAS call: the ``TF32`` constexpr, set when the matmul is tuned). Programs go in groups of ``GROUP_M`` rows of
-tiles, so that neighbours share operand tiles in L2; a bmm's batch is the grid's second axis.
-Sizes and strides are constants of the source (shapes are static), so any strides work,
-transposed operands included, and Triton sees which are contiguous. Rows and columns past
-the product's end read its first ones again (``% M``), which the store masks: inside the loop
-only a ``K`` that is no multiple of ``BLOCK_K`` needs a mask (``EVEN_K`` off).
+(float32 operands in TF32 only where eager's library call may use it: the ``TF32`` constexpr,
+set when the template is tuned). Programs go in groups of ``GROUP_M`` rows of tiles, so that
+neighbours share operand tiles in L2; a bmm's batch is the grid's second axis. Sizes and
+strides are constants of the source (shapes are static), so any strides work, transposed
+operands included, and Triton sees which are contiguous. Rows and columns past the product's
+end read its first ones again (``% M``), which the store masks: inside the loop only a ``K``
+that is no multiple of ``BLOCK_K`` needs a mask (``EVEN_K`` off).
+
+A convolution is an implicit GEMM (as torch inductor's conv template): a row of the product
+is an output position (image, y, x), a column an output channel, and the loop runs over the
+kernel's taps and, in each, the input channels in ``BLOCK_K`` steps (``EVEN_K``: their
+number is a multiple). A tap reads the input at ``y * stride - padding + tap_row *
+dilation`` (and so for x); where padding puts that outside the image, the load's mask gives
+zeros. The bias is added to the accumulator before the epilogue, as addmm's.
 
 The epilogue: the tile's rows and columns are the pointwise generator's ``x`` and ``r`` axes
 (``xindex``, ``r0index``); the accumulator (addmm: times alpha, plus beta times the added
-tensor; rounded to the product's dtype, as eager's stored product is) is what the epilogue's
-reads of the product find (``TritonKernel.forwarded``), and the pointwise generator emits
-the epilogue's nodes itself (``TritonKernel.emit_pointwise``) at loop variables computed
-from the element (``TemplateStep.epilogue_vars``).
+tensor; a convolution: plus its bias; rounded to the product's dtype, as eager's stored
+product is) is what the epilogue's reads of the product find (``TritonKernel.forwarded``), and
+the pointwise generator emits the epilogue's nodes itself (``TritonKernel.emit_pointwise``) at
+loop variables computed from the element (``TemplateStep.epilogue_vars``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +48,7 @@ from ..indexing import Expr, Var
 from ..ir import GraphIR, StorageView
 from ..kernel_plan import KernelPlan
 from ..scheduler import FusedKernel
-from ..templates import TemplateStep, epilogue_radix
+from ..templates import ConvStep, GemmStep, TemplateStep, epilogue_radix
 from .triton import KernelLaunch, TritonKernel, TritonModule, TritonOpsHandler, TritonValue, _Tile
 
 #: the template's constexpr parameters, in order
@@ -48,12 +57,14 @@ TEMPLATE_META = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "TF32")
 
 @dataclass(frozen=True)
 class LibraryCall:
-    """The aten alternative: ``op.out`` on views of the params, then the epilogue kernel."""
+    """The aten alternative: the op on views of the params, then the epilogue kernel."""
 
-    op: str  # "mm" | "addmm" | "bmm"
+    op: str  # "mm" | "addmm" | "bmm" | "convolution"
     # per aten argument: ("view", param, size, stride, offset) or ("const", value)
     args: tuple[tuple, ...]
     kwargs: tuple[tuple[str, Any], ...]
+    # ``op.out`` writes the product (matmuls); else ``op`` returns a new tensor (convolution)
+    out_variant: bool
     product: int | None  # the param the product goes to; None: a buffer of its own
     product_layout: tuple[tuple[int, ...], tuple[int, ...]]  # (size, stride)
     epilogue: KernelLaunch | None
@@ -61,7 +72,7 @@ class LibraryCall:
 
 
 @dataclass(frozen=True)
-class GemmLaunch:
+class TemplateLaunch:
     """How the wrapper calls one template (``name(*params)``), and what the tuner needs."""
 
     name: str
@@ -69,13 +80,16 @@ class GemmLaunch:
     batch: int
     m: int
     n: int
-    k: int
+    k: int  # of one reduction loop over ``BLOCK_K`` steps (a convolution's: input channels)
     dtype: torch.dtype  # of the operands
     library: LibraryCall
-    dtypes: tuple[torch.dtype, ...]  # of the params' buffers: what Triton specializes on
+    dtypes: tuple[torch.dtype, ...]  # of the template function's buffers: Triton specializes
+    # where the product the call returns goes among the template function's buffers (after
+    # ``params[:returned]``); None: the call returns nothing (``TemplateStep.returns_product``)
+    returned: int | None = None
 
 
-def add_gemm_templates(
+def add_templates(
     module: TritonModule,
     launches: dict[str, Any],
     templates: list[TemplateStep],
@@ -83,50 +97,48 @@ def add_gemm_templates(
     tuning: TuningSettings,
 ) -> tuple[TritonModule, dict[str, Any]]:
     """``module`` with each template's function and launch; ``launches`` (the wrapper's, per
-    step name) gets each template's :class:`GemmLaunch` under its step's name."""
+    step name) gets each template's :class:`TemplateLaunch` under its step's name."""
     if not templates:
         return module, launches
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    sources, gemms = [], []
+    sources, added = [], []
     for step in templates:
-        text, params = gemm_source(step, graph, interpreted)
-        name = f"kiln_mm_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        text, params = _SOURCES[type(step)](step, graph, interpreted)
+        prefix = "conv" if isinstance(step, ConvStep) else "mm"
+        name = f"kiln_{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         sources.append(text.replace("KERNEL_NAME", name))
-        epilogue = launches[step.epilogue.kernel.name] if step.epilogue is not None else None
-        a, _, _ = step.operands()
-        library = _library(step, params, epilogue)
         dtypes = tuple(graph.buffer(p).dtype for p in params)
-        launch = GemmLaunch(name, tuple(params), *step.sizes(), a.dtype, library, dtypes)
+        product = step.extern.name
+        returned = None
+        if step.returns_product and product in params:
+            returned = params.index(product)
+            params = [p for p in params if p != product]
+        epilogue = launches[step.epilogue.kernel.name] if step.epilogue is not None else None
+        library = _library(step, params, epilogue)
+        a, _, _ = step.operands()
+        sizes = step.sizes()
+        if isinstance(step, ConvStep):
+            sizes = (*sizes[:3], step.geometry().c_in)
+        launch = TemplateLaunch(name, tuple(params), *sizes, a.dtype, library, dtypes, returned)
         launches[step.name] = launch
-        gemms.append(launch)
+        added.append(launch)
     source = "\n\n\n".join([module.source.rstrip("\n"), *sources]) + "\n"
     module = dataclasses.replace(
-        module, source=source, templates=tuple(gemms), template_tuning=tuning
+        module, source=source, templates=tuple(added), template_tuning=tuning
     )
     return module, launches
 
 
-def gemm_source(step: TemplateStep, graph: GraphIR, interpreted: bool) -> tuple[str, list[str]]:
-    """The template's source (named ``KERNEL_NAME``) and its buffer params in order."""
-    plan = step.epilogue or KernelPlan(FusedKernel([], ()), [], [], set())
-    kernel = TritonKernel(plan, graph)
+def gemm_source(step: GemmStep, graph: GraphIR, interpreted: bool) -> tuple[str, list[str]]:
+    """The matmul template's source (named ``KERNEL_NAME``) and its buffer params in order."""
+    kernel = _template_kernel(step, graph)
     batch, m, n, k = step.sizes()
-    a, b, bias = step.operands()
+    a, b, _ = step.operands()
     bmm = step.op == "bmm"
     line = kernel.line
-    line("pid = tl.program_id(0)")
+    _tile_indices(kernel, m, n)
     if bmm:
         line("bindex = tl.program_id(1)")
-    line(f"grid_m = ({m} + BLOCK_M - 1) // BLOCK_M")
-    line(f"grid_n = ({n} + BLOCK_N - 1) // BLOCK_N")
-    line("group = GROUP_M * grid_n")
-    line("first_m = (pid // group) * GROUP_M")
-    line("rows_in_group = tl.minimum(grid_m - first_m, GROUP_M)")
-    line("pid_m = first_m + (pid % group) % rows_in_group")
-    line("pid_n = (pid % group) // rows_in_group")
-    line("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
-    line("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
-    line("rk = tl.arange(0, BLOCK_K)")
     line(f"a_rows = (rm % {m})[:, None]  # past the end: rows the store masks")
     line(f"b_cols = (rn % {n})[None, :]")
     batch_index = ["bindex"] if bmm else []
@@ -146,15 +158,127 @@ def gemm_source(step: TemplateStep, graph: GraphIR, interpreted: bool) -> tuple[
     line(f"a_ptrs += BLOCK_K * {a.stride[-1]}")
     line(f"b_ptrs += BLOCK_K * {b.stride[-2]}")
     kernel.depth -= 1
+    batch_var = Expr.of(Var("bindex", batch)) if bmm else Expr()
+    return _store_tile(kernel, step, batch_var, lambda h, row, col: _scaled(step, h, row, col))
+
+
+def conv_source(step: ConvStep, graph: GraphIR, interpreted: bool) -> tuple[str, list[str]]:
+    """The convolution template's source (named ``KERNEL_NAME``) and its buffer params."""
+    kernel = _template_kernel(step, graph)
+    g = step.geometry()
+    _, m, n, _ = step.sizes()
+    x, weight, bias = step.operands()
+    (out_h, out_w), (kernel_h, kernel_w) = g.out, g.kernel
+    x_n, x_c, x_h, x_w = x.stride
+    w_o, w_i, w_h, w_w = weight.stride
+    line = kernel.line
+    _tile_indices(kernel, m, n)
+    line(f"rows = rm % {m}  # past the end: rows the store masks")
+    line(f"image = rows // {out_h * out_w}")
+    # the input row and column of each output position's first tap
+    y0, x0 = (
+        _times(f"(rows // {out_w}) % {out_h}", g.stride[0]),
+        _times(f"rows % {out_w}", g.stride[1]),
+    )
+    line(f"y0 = {y0}{f' - {g.padding[0]}' if g.padding[0] else ''}")
+    line(f"x0 = {x0}{f' - {g.padding[1]}' if g.padding[1] else ''}")
+    x_ptr, w_ptr = (kernel.param(v.buffer.name, written=False) for v in (x, weight))
+    x_ptr += f" + {x.offset}" if x.offset else ""
+    w_ptr += f" + {weight.offset}" if weight.offset else ""
+    line(f"x_rows = {x_ptr} + {_times('image', x_n)}")
+    line(f"w_cols = {w_ptr} + {_times(f'(rn % {n})[None, :]', w_o)}")
+    line("acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)")
+    line(f"k_steps = ({g.c_in} + BLOCK_K - 1) // BLOCK_K")
+    line(f"for step in range(0, {kernel_h * kernel_w} * k_steps):")
+    kernel.depth += 1
+    line("ks = (step % k_steps) * BLOCK_K + rk")
+    if kernel_h * kernel_w > 1:
+        line("tap = step // k_steps")
+        line(f"ty = tap // {kernel_w}")
+        line(f"tx = tap % {kernel_w}")
+        line(f"in_y = y0 + {_times('ty', g.dilation[0])}")
+        line(f"in_x = x0 + {_times('tx', g.dilation[1])}")
+        w_tap = f" + {_times('ty', w_h)} + {_times('tx', w_w)}"
+    else:
+        line("in_y = y0")
+        line("in_x = x0")
+        w_tap = ""
+    x_offsets = f"{_times('in_y', x_h)} + {_times('in_x', x_w)}"
+    line(f"a_ptrs = (x_rows + {x_offsets})[:, None] + {_times('ks[None, :]', x_c)}")
+    line(f"b_ptrs = w_cols + {_times('ks[:, None]', w_i)}{w_tap}")
+    # a tap outside the image reads the padding's zeros (output size: only padding can)
+    inside = []
+    for var, pad, size in (("in_y", g.padding[0], g.height), ("in_x", g.padding[1], g.width)):
+        if pad:
+            inside.append(f"({var} >= 0) & ({var} < {size})")
+    if inside:
+        line(f"inside = ({' & '.join(inside)})[:, None]")
+    line("if EVEN_K:")
+    line(f"    a = tl.load(a_ptrs{', mask=inside, other=0.0' if inside else ''})")
+    line("    b = tl.load(b_ptrs)")
+    line("else:")
+    a_mask = f"{'inside & ' if inside else ''}(ks[None, :] < {g.c_in})"
+    line(f"    a = tl.load(a_ptrs, mask={a_mask}, other=0.0)")
+    line(f"    b = tl.load(b_ptrs, mask=ks[:, None] < {g.c_in}, other=0.0)")
+    _dot(kernel, x.dtype, interpreted)
+    kernel.depth -= 1
+
+    def with_bias(handler: TritonOpsHandler, row: Expr, col: Expr) -> TritonValue:
+        value = TritonValue("acc", torch.float32, frozenset("xr"))
+        if bias is None:
+            return value
+        return handler.add(value, handler.load(bias.buffer.name, bias.layout().index([col])))
+
+    return _store_tile(kernel, step, Expr(), with_bias)
+
+
+_SOURCES: dict[type, Callable[[Any, GraphIR, bool], tuple[str, list[str]]]] = {
+    GemmStep: gemm_source,
+    ConvStep: conv_source,
+}
+
+
+def _template_kernel(step: TemplateStep, graph: GraphIR) -> TritonKernel:
+    """A kernel to print the template into: its epilogue's, or an empty one."""
+    return TritonKernel(step.epilogue or KernelPlan(FusedKernel([], ()), [], [], set()), graph)
+
+
+def _tile_indices(kernel: TritonKernel, m: int, n: int) -> None:
+    """The program's tile (in groups of ``GROUP_M`` rows of tiles) and its row (``rm``),
+    column (``rn``) and reduction (``rk``) indices."""
+    line = kernel.line
+    line("pid = tl.program_id(0)")
+    line(f"grid_m = ({m} + BLOCK_M - 1) // BLOCK_M")
+    line(f"grid_n = ({n} + BLOCK_N - 1) // BLOCK_N")
+    line("group = GROUP_M * grid_n")
+    line("first_m = (pid // group) * GROUP_M")
+    line("rows_in_group = tl.minimum(grid_m - first_m, GROUP_M)")
+    line("pid_m = first_m + (pid % group) % rows_in_group")
+    line("pid_n = (pid % group) // rows_in_group")
+    line("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+    line("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+    line("rk = tl.arange(0, BLOCK_K)")
+
+
+def _store_tile(
+    kernel: TritonKernel,
+    step: TemplateStep,
+    batch: Expr,
+    value_of: Callable[[TritonOpsHandler, Expr, Expr], TritonValue],
+) -> tuple[str, list[str]]:
+    """Store the tile: ``value_of(handler, row, col)`` (the aten op's result in float32)
+    rounded to the product's dtype, where the product is stored, and through the epilogue;
+    return the source and its buffer params."""
+    _, m, n, _ = step.sizes()
+    line = kernel.line
     line("xindex = rm[:, None]")
     line(f"xmask = xindex < {m}")
     line("r0index = rn[None, :]")
     line(f"r0indexmask = r0index < {n}")
     handler = TritonOpsHandler(kernel, _Tile("r0index", "BLOCK_N", xblock="BLOCK_M"))
     row, col = Expr.of(Var("xindex", m)), Expr.of(Var("r0index", n))
-    position = step.product_index(Expr.of(Var("bindex", batch)) if bmm else Expr(), row, col)
-    value = _scaled(step, handler, bias, row, col)
-    product = handler.to_dtype(value, step.extern.layout.dtype)
+    position = step.product_index(batch, row, col)
+    product = handler.to_dtype(value_of(handler, row, col), step.extern.layout.dtype)
     kernel.forwarded[(step.extern.name, position)] = product
     if step.store_product:
         handler.store(step.extern.name, position, product)
@@ -166,12 +290,11 @@ def gemm_source(step: TemplateStep, graph: GraphIR, interpreted: bool) -> tuple[
     return "\n".join(head + kernel.lines), params
 
 
-def _scaled(
-    step: TemplateStep, handler: TritonOpsHandler, bias: StorageView | None, row: Expr, col: Expr
-) -> TritonValue:
+def _scaled(step: GemmStep, handler: TritonOpsHandler, row: Expr, col: Expr) -> TritonValue:
     """The accumulator as the aten op's result in float32: addmm's ``alpha * acc + beta *
     bias`` (the bias not read when beta is 0, as eager)."""
     value = TritonValue("acc", torch.float32, frozenset("xr"))
+    _, _, bias = step.operands()
     if bias is None:
         return value
     alpha, beta = step.scale()
@@ -194,6 +317,10 @@ def _offsets(view: StorageView, terms: list[str]) -> str:
     if view.offset:
         parts.insert(0, str(view.offset))
     return " + ".join(parts)
+
+
+def _times(term: str, k: int) -> str:
+    return term if k == 1 else f"{term} * {k}"
 
 
 def _dot(kernel: TritonKernel, dtype: torch.dtype, interpreted: bool) -> None:
@@ -230,6 +357,7 @@ def _library(step: TemplateStep, params: list[str], epilogue: KernelLaunch | Non
         step.op,
         tuple(argument(arg) for arg in step.extern.args),
         tuple((name, arg.value) for name, arg in step.extern.kwargs.items()),
+        not step.returns_product,
         position.get(product),
         (layout.size, layout.stride),
         epilogue,

@@ -180,6 +180,8 @@ class WrapperCodegen:
                 body += self._kernel_call(step, pool, owned)
             elif isinstance(step, TemplateStep):
                 body += self._template_call(step, pool, owned)
+                if self.kernels[step.name].returned is not None:
+                    bound.add(step.extern.name)
             else:
                 body += self._extern_call(step)
                 bound.add(step.kernel.name)
@@ -227,11 +229,18 @@ class WrapperCodegen:
         return f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype}{device})"
 
     def _template_call(self, step: TemplateStep, pool, owned: set[str]) -> list[str]:
-        """A matmul template (tuned against the aten call at its first call) writing the
-        product where others read it and its epilogue's buffers."""
-        lines = [self._allocate(buf, pool, owned) for buf in step.stored()]
+        """A matmul or convolution template (tuned against the aten call at its first call)
+        writing the product where others read it (a convolution's call returns it) and its
+        epilogue's buffers."""
         launch = self.kernels[step.name]
-        return [*lines, f"{launch.name}({', '.join(launch.params)})"]
+        returned = launch.returned is not None
+        lines = [
+            self._allocate(buf, pool, owned)
+            for buf in step.stored()
+            if not (returned and buf is step.extern)
+        ]
+        call = f"{launch.name}({', '.join(launch.params)})"
+        return [*lines, f"{step.extern.name} = {call}" if returned else call]
 
     def _kernel_call(self, step: FusedKernel, pool, owned: set[str]) -> list[str]:
         plan = self.plans[step.name]

@@ -1,4 +1,5 @@
-"""max_autotune_gemm: Triton matmul templates with fused epilogues, measured against aten.
+"""max_autotune_gemm: Triton matmul and convolution templates with fused epilogues, measured
+against aten.
 
 Triton's interpreter runs the templates on CPU tensors (``cpu_backend="triton"``,
 ``TRITON_INTERPRET=1``), where timings mean nothing: a fake clock decides which choice wins
@@ -17,7 +18,8 @@ import torch.nn.functional as F
 from inductor_testing import check, compile_fn
 
 import torchkiln
-from torchkiln_inductor.autotune import gemm, store, tuner
+from torchkiln_inductor import graph
+from torchkiln_inductor.autotune import store, templates, tuner
 from torchkiln_inductor.autotune.tuner import Choice
 from torchkiln_inductor.options import parse_options
 
@@ -69,9 +71,9 @@ class FakeClock:
                 if self._measuring:
                     self.measured.append(kind)
                     self.now += 1.0 if kind == self.winner else 5.0
-                else:
-                    launch(*tensors)
-                    self.used.append(kind)
+                    return None
+                self.used.append(kind)
+                return launch(*tensors)
 
             return run
 
@@ -84,8 +86,10 @@ def force(monkeypatch):
 
     def set_winner(winner: str) -> FakeClock:
         clock = FakeClock(winner)
-        choices = gemm.gemm_choices
-        monkeypatch.setattr(gemm, "gemm_choices", lambda *a: [clock.timed(c) for c in choices(*a)])
+        choices = templates.template_choices
+        monkeypatch.setattr(
+            templates, "template_choices", lambda *a: [clock.timed(c) for c in choices(*a)]
+        )
         monkeypatch.setattr(tuner, "_benchmark", lambda args: clock.benchmark)
         return clock
 
@@ -104,7 +108,12 @@ def gemm_check(fn, *args, templates: int, **kwargs):
 def kernels_called(compiled) -> list[str]:
     """The generated Triton kernels the wrapper calls, templates aside."""
     calls = [line.strip() for line in compiled.artifact.wrapper_source.splitlines()]
-    return [c.split("(")[0] for c in calls if c.startswith("kiln_") and "kiln_mm_" not in c]
+    templates = ("kiln_mm_", "kiln_conv_")
+    return [
+        c.split("(")[0]
+        for c in calls
+        if c.startswith("kiln_") and not any(t in c for t in templates)
+    ]
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -217,8 +226,8 @@ def test_template_configs_compile_in_the_graph_s_worker_batch(force):
     assert launch.dtypes == (torch.bfloat16, torch.bfloat16, torch.float32)
     template_fn = SimpleNamespace(fn=fn)  # what a job reads of a JIT function
     settings = compiled.artifact.triton.template_tuning
-    jobs = gemm.TunedGemm(template_fn, None, launch, settings, {}).worker_jobs()
-    configs = gemm.configs_for(launch)[:2]
+    jobs = templates.TunedTemplate(template_fn, None, launch, settings, {}).worker_jobs()
+    configs = templates.configs_for(launch)[:2]
     assert [(j.dtypes, j.num_warps, j.num_stages) for j in jobs] == [
         (("bfloat16", "bfloat16", "float32"), c.num_warps, c.num_stages) for c in configs
     ]
@@ -270,3 +279,172 @@ def test_options_turn_templates_on_and_leave_the_code_unchanged_off(force):
     # max_autotune turns the templates on too (as torch's max-autotune modes do)
     tuned = check(fn, *args, cpu_backend="triton", max_autotune=True, **{"autotune.max_trials": 2})
     assert "kiln_mm_" in tuned.artifact.wrapper_source
+
+
+# -- convolutions ---------------------------------------------------------------------------
+
+
+def conv_check(fn, *args, templates: int, **kwargs):
+    """``check`` with the templates on; ``templates``: the convolutions that must run as one."""
+    compiled = check(fn, *args, **{**GEMM, **kwargs})
+    wrapper = compiled.artifact.wrapper_source
+    assert wrapper.count("kiln_conv_") == templates and "aten_" not in wrapper
+    assert torchkiln.counters["autotune"]["tuned"] == templates
+    return compiled
+
+
+def channels_last(*tensors):
+    return [t.to(memory_format=torch.channels_last) for t in tensors]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_convolutions_match_eager(force, dtype):
+    """Stride 2 with padding and a bias; dilation 2 with padding, no bias; a 1x1 with a bias;
+    a strided 1x1 (ResNet's downsampling) on a channels-last input. 5 input channels: every
+    reduction step masks them (no multiple of BLOCK_K); 2 x 7 x 9 positions: rows wrap."""
+    clock = force("template")
+
+    def fn(x, x_last, w3, w1, b):
+        return (
+            F.conv2d(x, w3, b, stride=2, padding=1),
+            F.conv2d(x, w3, None, padding=2, dilation=2),
+            F.conv2d(x, w1, b),
+            F.conv2d(x_last, w1, None, stride=2),
+        )
+
+    x = torch.randn(2, 5, 7, 9)
+    args = [x, *channels_last(x), torch.randn(6, 5, 3, 3), torch.randn(6, 5, 1, 1)]
+    args.append(torch.randn(6))
+    conv_check(fn, *(a.to(dtype) for a in args), templates=4)
+    assert clock.used == ["template"] * 4
+
+
+def test_convolution_reads_operands_in_any_strides(force, monkeypatch):
+    """Where the graph keeps eager's layouts (the Triton target makes 2-D convolutions
+    channels-last, but the weights of a CUDA graph's inputs reach the call as they are), the
+    template reads views as they lie: a contiguous input, a strided and offset slice of one,
+    a weight transposed in its spatial dimensions, a channels-last input."""
+    monkeypatch.setattr(graph, "_is_conv2d", lambda node: False)
+    clock = force("template")
+
+    def fn(x, x_last, w, b):
+        return (
+            F.conv2d(x, w, b, stride=2, padding=1),
+            F.conv2d(x[:, :, 1:, ::2], w.transpose(2, 3), None, padding=(0, 1)),
+            F.conv2d(x_last, w, b, dilation=2),
+        )
+
+    x = torch.randn(2, 5, 8, 9)
+    args = (x, *channels_last(x), torch.randn(6, 5, 3, 3), torch.randn(6))
+    conv_check(fn, *args, templates=3)
+    assert clock.used == ["template"] * 3
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_conv_epilogues_fuse_into_the_template_store(force, dtype):
+    """ReLU, a residual add, and batch norm with running statistics then ReLU, each fused:
+    no kernel of their own, the products never stored (channels-last input and weights, which
+    the convolutions read as they are: no layout copies either)."""
+    clock = force("template")
+
+    def fn(x, w, b, r, mean, var, gamma, beta):
+        y = F.conv2d(x, w, b, padding=1)
+        z = F.conv2d(x, w, None, stride=2)
+        bn = F.batch_norm(z, mean, var, gamma, beta, training=False, eps=1e-3)
+        return torch.relu(y), y + r, torch.relu(bn)
+
+    x, w = channels_last(torch.randn(2, 5, 7, 9), torch.randn(6, 5, 3, 3))
+    r = torch.randn(2, 6, 7, 9)
+    stats = [torch.randn(6), torch.rand(6) + 0.5, torch.randn(6), torch.randn(6)]
+    args = [x, w, torch.randn(6), r, *stats]
+    # the two convolutions with a padding of 1 are one (common subexpressions are merged):
+    # one template stores both its ReLU and its sum
+    compiled = conv_check(fn, *(a.to(dtype) for a in args), templates=2)
+    assert kernels_called(compiled) == []
+    assert clock.used == ["template"] * 2
+
+
+@pytest.mark.parametrize("winner", ["template", "aten"])
+def test_conv_choice_keeps_the_faster_and_matches_eager(force, winner):
+    """Both choices measured (aten's convolution first); the faster computes every later call.
+    The product is an output too: the call returns it, made by aten or by the template."""
+    clock = force(winner)
+
+    def fn(x, w, b):
+        y = F.conv2d(x, w, b, stride=2, padding=1)
+        return torch.relu(y) * 2, y
+
+    args = (*channels_last(torch.randn(2, 5, 7, 9), torch.randn(6, 5, 3, 3)), torch.randn(6))
+    compiled = conv_check(fn, *args, templates=1)
+    assert clock.measured == ["aten", "template"] and clock.used == [winner]
+    assert kernels_called(compiled) == []  # the aten choice launches the epilogue itself
+    args = (*channels_last(torch.randn(2, 5, 7, 9), torch.randn(6, 5, 3, 3)), torch.randn(6))
+    torch.testing.assert_close(compiled(*args), list(fn(*args)))  # the winner, straight
+    assert clock.used == [winner] * 2
+
+
+def test_stored_conv_winner_is_reused_without_measuring(force):
+    """A second compile (another process: nothing of the first in memory) reads the winner
+    from disk and measures nothing."""
+    clock = force("aten")
+
+    def fn(x, w):
+        return torch.relu(F.conv2d(x, w, padding=1))
+
+    args = (torch.randn(2, 5, 7, 9), torch.randn(6, 5, 3, 3))
+    conv_check(fn, *args, templates=1)
+    store._tuned.clear()
+    torchkiln.reset()
+    compiled = check(fn, *args, **GEMM)
+    assert clock.measured == ["aten", "template"] and clock.used == ["aten", "aten"]
+    assert torchkiln.counters["autotune"]["reused"] == 1
+    assert "kiln_conv_" in compiled.artifact.wrapper_source
+
+
+def test_convolutions_the_template_does_not_compute_stay_aten(force):
+    """Grouped, transposed and 1-D convolutions keep their aten calls."""
+    force("template")
+
+    def fn(x, w_grouped, w_transposed, x1d, w1d):
+        return (
+            torch.relu(F.conv2d(x, w_grouped, padding=1, groups=2)),
+            F.conv_transpose2d(x, w_transposed, stride=2),
+            F.conv1d(x1d, w1d, padding=1),
+        )
+
+    args = (torch.randn(2, 4, 7, 9), torch.randn(6, 2, 3, 3), torch.randn(4, 3, 3, 3))
+    args += (torch.randn(2, 4, 11), torch.randn(6, 4, 3))
+    compiled = check(fn, *args, **GEMM)
+    wrapper = compiled.artifact.wrapper_source
+    assert wrapper.count("aten_convolution_default(") == 3 and "kiln_conv_" not in wrapper
+    assert torchkiln.counters["autotune"]["tuned"] == 0
+
+
+class ConvBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(5, 6, 3, stride=2, padding=1)
+        self.bn = torch.nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def test_conv_bn_relu_training_matches_eager(force):
+    """Training: batch norm's statistics reduce over the convolution's output, which the
+    template stores and returns; the backward's convolutions stay aten calls."""
+    clock = force("template")
+    torch.manual_seed(0)
+    model, eager = ConvBlock(), ConvBlock()
+    eager.load_state_dict(model.state_dict())
+    compiled = torchkiln.compile(model, backend="inductor", options=GEMM)
+    x = torch.randn(2, 5, 7, 9, requires_grad=True)
+    twin = x.detach().clone().requires_grad_()
+    out, expected = compiled(x), eager(twin)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, twin.grad)
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert clock.used == ["template"]
