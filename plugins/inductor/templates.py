@@ -57,8 +57,9 @@ class TemplateStep:
     plan, or None) fused into its store; ``radix``: per outer loop of the epilogue, its
     coefficient in the product's flat position and its size. Its kinds, :class:`GemmStep`
     and :class:`ConvStep`, say what the product is: ``op`` (the aten op's name),
-    ``operands()``, ``sizes()`` (batch, M, N, K) and ``product_index(batch, row, col)``
-    (where that element of the product lies in the aten call's result)."""
+    ``operands()``, ``sizes()`` (batch, M, N, K), ``block_k_extent()`` and
+    ``product_index(batch, row, col)`` (where that element of the product lies in the aten
+    call's result)."""
 
     name: str
     extern: ExternKernel
@@ -113,6 +114,10 @@ class GemmStep(TemplateStep):
         a, b, _ = self.operands()
         batch = a.size[0] if self.op == "bmm" else 1
         return batch, a.size[-2], b.size[-1], a.size[-1]
+
+    def block_k_extent(self) -> int:
+        """The length of the loop the template walks ``BLOCK_K`` at a time: K."""
+        return self.sizes()[3]
 
     def product_index(self, batch: Expr, row: Expr, col: Expr) -> Expr:
         """Where element (``batch``, ``row``, ``col``) of the product is in its buffer."""
@@ -180,6 +185,11 @@ class ConvStep(TemplateStep):
         """(1, M, N, K) of the implicit GEMM."""
         g = self.geometry()
         return 1, g.batch * math.prod(g.out), g.c_out, g.c_in * math.prod(g.kernel)
+
+    def block_k_extent(self) -> int:
+        """The length of the loop the template walks ``BLOCK_K`` at a time, once per tap:
+        the input channels."""
+        return self.geometry().c_in
 
     def product_index(self, batch: Expr, row: Expr, col: Expr) -> Expr:
         """Where output channel ``col`` at (image, y, x) number ``row`` is in the result."""

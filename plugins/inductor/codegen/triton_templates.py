@@ -80,7 +80,7 @@ class TemplateLaunch:
     batch: int
     m: int
     n: int
-    k: int  # of one reduction loop over ``BLOCK_K`` steps (a convolution's: input channels)
+    k: int  # what the template walks ``BLOCK_K`` at a time (``TemplateStep.block_k_extent``)
     dtype: torch.dtype  # of the operands
     library: LibraryCall
     dtypes: tuple[torch.dtype, ...]  # of the template function's buffers: Triton specializes
@@ -103,8 +103,8 @@ def add_templates(
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     sources, added = [], []
     for step in templates:
-        text, params = _SOURCES[type(step)](step, graph, interpreted)
-        prefix = "conv" if isinstance(step, ConvStep) else "mm"
+        source_of, prefix = _SOURCES[type(step)]
+        text, params = source_of(step, graph, interpreted)
         name = f"kiln_{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         sources.append(text.replace("KERNEL_NAME", name))
         dtypes = tuple(graph.buffer(p).dtype for p in params)
@@ -116,10 +116,19 @@ def add_templates(
         epilogue = launches[step.epilogue.kernel.name] if step.epilogue is not None else None
         library = _library(step, params, epilogue)
         a, _, _ = step.operands()
-        sizes = step.sizes()
-        if isinstance(step, ConvStep):
-            sizes = (*sizes[:3], step.geometry().c_in)
-        launch = TemplateLaunch(name, tuple(params), *sizes, a.dtype, library, dtypes, returned)
+        batch, m, n, _ = step.sizes()
+        launch = TemplateLaunch(
+            name,
+            tuple(params),
+            batch,
+            m,
+            n,
+            step.block_k_extent(),
+            a.dtype,
+            library,
+            dtypes,
+            returned,
+        )
         launches[step.name] = launch
         added.append(launch)
     source = "\n\n\n".join([module.source.rstrip("\n"), *sources]) + "\n"
@@ -232,9 +241,10 @@ def conv_source(step: ConvStep, graph: GraphIR, interpreted: bool) -> tuple[str,
     return _store_tile(kernel, step, Expr(), with_bias)
 
 
-_SOURCES: dict[type, Callable[[Any, GraphIR, bool], tuple[str, list[str]]]] = {
-    GemmStep: gemm_source,
-    ConvStep: conv_source,
+#: per kind of step: its source's generator, and the prefix of its kernels' names
+_SOURCES: dict[type, tuple[Callable[[Any, GraphIR, bool], tuple[str, list[str]]], str]] = {
+    GemmStep: (gemm_source, "mm"),
+    ConvStep: (conv_source, "conv"),
 }
 
 
