@@ -2,6 +2,7 @@
 
     python -m benchmarks.conv                       # ResNet-18's convolutions at batch 64, and
                                                     # the convnet model's (large), bf16
+    python -m benchmarks.conv --models convnet      # one set of shapes (a run of minutes each)
     python -m benchmarks.conv --shapes 64x64x56x64x3x1x1 --epilogue bias_relu --json out.json
     TRITON_INTERPRET=1 python -m benchmarks.conv --device cpu --shapes 2x5x9x6x3x2x1
                                                     # the script itself, on Triton's interpreter
@@ -246,8 +247,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--shapes",
-        help="comma list of BATCHxC_INxSIDExC_OUTxKERNELxSTRIDExPADDING (default: ResNet-18's "
-        "at batch 64 and the convnet model's)",
+        help="comma list of BATCHxC_INxSIDExC_OUTxKERNELxSTRIDExPADDING (default: those of "
+        "--models)",
+    )
+    parser.add_argument(
+        "--models", default="resnet18,convnet", help="whose shapes, without --shapes"
     )
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--epilogue", choices=("bn_relu", "bias_relu"), default="bn_relu")
@@ -258,7 +262,7 @@ def main() -> None:
         "--channels-last-weight", action="store_true", help="weights channels-last, not contiguous"
     )
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--json", help="write every time here too")
+    parser.add_argument("--json", help="write every time here too (after each shape)")
     args = parser.parse_args()
     dtype, device = getattr(torch, args.dtype), torch.device(args.device)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
@@ -266,7 +270,9 @@ def main() -> None:
         sizes = [[int(d) for d in s.split("x")] for s in args.shapes.split(",")]
         shapes = [ConvShape(f"shape{i}", *s) for i, s in enumerate(sizes)]
     else:
-        shapes = resnet18_shapes(RESNET_BATCH) + zoo_shapes(device, dtype)
+        models = args.models.split(",")
+        shapes = resnet18_shapes(RESNET_BATCH) if "resnet18" in models else []
+        shapes += zoo_shapes(device, dtype) if ZOO_MODEL in models else []
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreter)"
     weights = "channels-last" if args.channels_last_weight else "contiguous"
     print(
@@ -281,9 +287,9 @@ def main() -> None:
         results.append(measure(shape, dtype, args.epilogue, weight_layout, device))
         for line in report(results[-1]):
             print(line, flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": name, "dtype": args.dtype, "results": results}, f, indent=1)
+        if args.json:  # after every shape: a run cut short keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump({"device": name, "dtype": args.dtype, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
