@@ -31,7 +31,6 @@ import torch
 import torch.fx as fx
 
 from torchkiln import config, logs, runtime_wrappers
-from torchkiln.aot.runtime import example_inputs_of
 from torchkiln.exc import InvalidBackendChain, NeedsStaticShapes
 from torchkiln.partition import Partition, compute_nodes, group, split
 from torchkiln.plugin import Backend, Capabilities
@@ -255,10 +254,18 @@ class BackendChain:
             compiled = self._compile_part(gm, example_inputs, label, title)
         else:
             compiled = split(gm, plan.partitions)
+            # A partition's inputs that are the graph's own come as example_inputs has them
+            # (a backward's saved values in the strides its forward gave them), not as traced.
+            placeholders = gm.graph.find_nodes(op="placeholder")
+            given = {p.name: example for p, example in zip(placeholders, example_inputs)}
             for i, partition in enumerate(plan.partitions):
                 name = f"partition_{i}"
                 sub = compiled.get_submodule(name)
-                part = self._compile_part(sub, example_inputs_of(sub), partition.label, name)
+                examples = [
+                    given.get(p.name, p.meta.get("val"))
+                    for p in sub.graph.find_nodes(op="placeholder")
+                ]
+                part = self._compile_part(sub, examples, partition.label, name)
                 compiled.add_submodule(name, CompiledPartition(part))
             compiled.partition_plan = plan
             if self.store is not None:

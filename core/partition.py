@@ -4,18 +4,17 @@
 :class:`Partition` of nodes with the same label (the index of the backend that runs
 them), such that
 
-* each partition is connected (through edges between its own nodes);
 * the graph stays acyclic once each partition is contracted to one node, so the
   partitions can run one after the other;
-* no two adjacent partitions of the same label can merge without a cycle
-  (partitions are maximal).
+* no two partitions of the same label can merge without a cycle (partitions are
+  maximal): adjacent ones, and independent ones (no path joins them either way).
 
 It starts from a topological order that runs each label as long as it can (cut at
 every label change, a cut is acyclic by construction), splits those runs into their
 connected pieces, then merges adjacent pieces of one label while no other path joins
-them. ``split(gm, partitions)`` builds the graph that calls each partition as a
-submodule ``partition_<i>``, flat tensors in and a tuple out, in an order that
-respects their dependencies. ``operator.getitem`` of a multi-output op always goes
+them, and pieces of one label that no path joins at all. ``split(gm, partitions)``
+builds the graph that calls each partition as a submodule ``partition_<i>``, flat
+tensors in and a tuple out, in an order that respects their dependencies. ``operator.getitem`` of a multi-output op always goes
 with that op (``label_of`` is not asked about it).
 
 Not ``torch.fx.passes.infra.partitioner.CapabilityBasedPartitioner``: it groups only
@@ -168,6 +167,32 @@ class _PartitionGraph:
                         self._merge(p, q)
                         merged = True
 
+    def _closure(self, p: int, edges: dict[int, set[int]]) -> set[int]:
+        seen: set[int] = set()
+        stack = list(edges[p])
+        while stack:
+            q = stack.pop()
+            if q not in seen:
+                seen.add(q)
+                stack.extend(edges[q])
+        return seen
+
+    def merge_independent(self) -> bool:
+        """Merge pairs of the same label that no path joins either way (a batch norm's
+        running-statistics update beside the forward that computes it): one backend call
+        instead of two, and a graph with one label stays whole. Whether any merged."""
+        merged = False
+        for p in sorted(self.members):
+            if p not in self.members:
+                continue
+            joined = self._closure(p, self.succ) | self._closure(p, self.pred)
+            for q in sorted(self.members):
+                if q != p and q not in joined and self.label(q) == self.label(p):
+                    self._merge(p, q)
+                    joined = self._closure(p, self.succ) | self._closure(p, self.pred)
+                    merged = True
+        return merged
+
     def _merge(self, keep: int, gone: int) -> None:
         self.members[keep] += self.members.pop(gone)
         self.first[keep] = min(self.first[keep], self.first.pop(gone))
@@ -204,13 +229,15 @@ class _PartitionGraph:
 
 
 def group(graph: fx.Graph, label_of: Callable[[fx.Node], int]) -> list[Partition]:
-    """Maximal connected partitions of ``graph``'s compute nodes, acyclic once contracted."""
+    """Maximal partitions of ``graph``'s compute nodes, acyclic once contracted."""
     nodes = compute_nodes(graph)
     labels = _labels(nodes, label_of)
     pieces = [piece for run in _runs(nodes, labels) for piece in _connected_pieces(run, labels)]
     position = {n: i for i, n in enumerate(nodes)}
     partitions = _PartitionGraph(pieces, labels, position)
     partitions.merge_all()
+    while partitions.merge_independent():
+        partitions.merge_all()
     return partitions.in_order(position)
 
 

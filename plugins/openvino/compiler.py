@@ -23,12 +23,19 @@ import openvino as ov
 import openvino.opset13 as opset
 from openvino.frontend import FrontEndManager
 from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder
+from openvino.preprocess import PrePostProcessor
 from torchkiln import logs
 from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError
 from torchkiln_openvino import decompositions as own_decompositions
 from torchkiln_openvino import freeze, ops, rewrites
-from torchkiln_openvino.runtime import NHWC, OpenVINOGraph, element_type, slow_reorders
+from torchkiln_openvino.runtime import (
+    NHWC,
+    OpenVINOGraph,
+    element_type,
+    nhwc_inputs,
+    slow_reorders,
+)
 
 aten = torch.ops.aten
 
@@ -87,7 +94,9 @@ def compile_aten_graph(
             f"OpenVINO has no device {device!r} here; available: "
             f"{', '.join(core().available_devices)} (or 'AUTO')"
         )
-    model = convert(gm, example_inputs)
+    weights = freeze.weight_positions(gm) if freeze_weights else ()
+    nhwc = frozenset() if weights else nhwc_inputs(example_inputs)
+    model = convert(gm, example_inputs, nhwc)
     if logs.enabled("output_code"):
         logs.artifact("output_code", "openvino model %s:\n%s", model.get_friendly_name(), model)
     config = {
@@ -99,14 +108,13 @@ def compile_aten_graph(
     if cache_dir is not None:
         config["CACHE_DIR"] = private_dir(cache_dir)
     compile_model = functools.partial(core().compile_model, device_name=device, config=config)
-    weights = freeze.weight_positions(gm) if freeze_weights else ()
     if weights:
         return freeze.FrozenGraph(model, gm, weights, compile_model)
     compiled = compile_model(model)
     slow = slow_reorders(compiled)
     if slow:
-        return OpenVINOGraph(compile_model(channels_last(model, slow)), gm, slow)
-    return OpenVINOGraph(compiled, gm)
+        compiled = compile_model(channels_last(model, slow))
+    return OpenVINOGraph(compiled, gm, slow, nhwc_inputs=nhwc)
 
 
 def runs_better_in_torch(gm: torch.fx.GraphModule) -> bool:
@@ -161,8 +169,13 @@ def private_dir(path: str | os.PathLike) -> str:
     return path
 
 
-def convert(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ov.Model:
-    """The OpenVINO model of ``gm``, its inputs typed and shaped like ``example_inputs``."""
+def convert(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[torch.Tensor],
+    nhwc: frozenset[int] = frozenset(),
+) -> ov.Model:
+    """The OpenVINO model of ``gm``, its inputs typed and shaped like ``example_inputs``,
+    those at the positions ``nhwc`` (4-d) taken in NHWC order."""
     gm = rewrites.for_openvino(gm)
     # The decoder must outlive convert(): the frontend calls back into it.
     decoder = TorchFXPythonDecoder(gm)
@@ -178,6 +191,12 @@ def convert(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
         parameter.set_element_type(element_type(example.dtype))
         parameter.set_partial_shape(ov.PartialShape(list(example.shape)))
     model.validate_nodes_and_infer_types()
+    if nhwc:
+        steps = PrePostProcessor(model)
+        for i in sorted(nhwc):
+            steps.input(i).tensor().set_layout(ov.Layout("NHWC"))
+            steps.input(i).model().set_layout(ov.Layout("NCHW"))
+        model = steps.build()
     booleans_as_bytes(model)
     return model
 

@@ -89,6 +89,21 @@ def slow_reorders(compiled: ov.CompiledModel) -> frozenset[int]:
     return frozenset(found)
 
 
+def nhwc_inputs(example_inputs) -> frozenset[int]:
+    """The inputs laid out channels-last (a convolution's activation that a forward saved
+    NHWC, as OpenVINO computed it): the model takes them in NHWC order, bound as they lie,
+    where in NCHW each would be copied here and reordered back inside OpenVINO."""
+    return frozenset(
+        i
+        for i, t in enumerate(example_inputs)
+        if isinstance(t, torch.Tensor)
+        and t.dim() == 4
+        and t.is_floating_point()
+        and _orders_differ(t.shape)
+        and t.is_contiguous(memory_format=torch.channels_last)
+    )
+
+
 def _orders_differ(shape: ov.Shape) -> bool:
     """Whether an NCHW tensor of ``shape`` lies otherwise in memory NHWC (not 1x16x1x1)."""
     _, channels, height, width = shape
@@ -144,10 +159,12 @@ class OpenVINOGraph:
         gm: torch.fx.GraphModule,
         channels_last: frozenset[int] = frozenset(),
         feeds: tuple[int, ...] | None = None,
+        nhwc_inputs: frozenset[int] = frozenset(),
     ):
         """``channels_last``: the model's outputs it gives in NHWC order (see
         :func:`slow_reorders`); ``feeds``: the graph's inputs the model takes, by position
-        (all of them if ``None``; a frozen graph's model takes no weights)."""
+        (all of them if ``None``; a frozen graph's model takes no weights); ``nhwc_inputs``:
+        the model's inputs it takes in NHWC order (:func:`nhwc_inputs`)."""
         leaves = tree_leaves(gm.graph.output_node().args[0])
         values = [leaves[p].meta["val"] for p in rewrites.model_outputs(gm)]
         if len(values) != len(compiled.outputs):
@@ -163,7 +180,9 @@ class OpenVINOGraph:
                     f"is {list(shape)}: the frontend converted an op wrongly"
                 )
         repeats, returned = rewrites.repeated_outputs(gm), rewrites.returned_inputs(gm)
-        self._bind(compiled, values, channels_last, repeats, returned, saved_outputs(gm))
+        self._bind(
+            compiled, values, channels_last, repeats, returned, saved_outputs(gm), nhwc_inputs
+        )
         self.feeds = feeds
 
     @classmethod
@@ -183,6 +202,7 @@ class OpenVINOGraph:
             "repeats": self.repeats,
             "returned": self.returned,
             "saved": self.saved,
+            "nhwc_inputs": self.nhwc_inputs,
         }
 
     def _bind(
@@ -193,12 +213,14 @@ class OpenVINOGraph:
         repeats: dict[int, int],
         returned: dict[int, int],
         saved: frozenset[int],
+        nhwc_inputs: frozenset[int] = frozenset(),
     ) -> None:
         """``values``, ``channels_last`` and ``saved`` are the model's outputs: their
         layouts, those given in NHWC order, those :func:`saved_outputs` (any strides will
         do); ``repeats`` and ``returned``, the FX graph's outputs the model does not give
         (:func:`torchkiln_openvino.rewrites.model_outputs`): by position, the earlier
-        output each repeats, the input each is."""
+        output each repeats, the input each is; ``nhwc_inputs``, the model's inputs it
+        takes in NHWC order."""
         self.compiled = compiled
         self.feeds = None
         self.values = [
@@ -208,6 +230,7 @@ class OpenVINOGraph:
         self.repeats = repeats
         self.returned = returned
         self.saved = saved
+        self.nhwc_inputs = nhwc_inputs
         #: (position, source, whether the source is an input), by position: filled in order,
         #: an earlier output is in place when a repeat of it is
         self.fills = sorted(
@@ -222,15 +245,21 @@ class OpenVINOGraph:
         ]
         # Outputs eager lays out densely but otherwise than contiguously (a transpose), and
         # the channels-last ones: copied into eager's strides, from the buffer's order. A
-        # saved value stays contiguous: the backward graph, compiled with the strides it
-        # gets, takes it as it is (in eager's strides, OpenVINO would copy it back).
+        # saved value stays as computed (contiguous, or channels-last: an NCHW view of the
+        # NHWC buffer): the backward graph, compiled with the strides it gets, takes it as
+        # it is (in eager's strides, OpenVINO would reorder it back).
         self.copied = {
             i: (tuple(v.stride()), NCHW if i in channels_last else None)
             for i, v in enumerate(values)
             if i not in self.passthrough
-            and (i in channels_last or (not v.is_contiguous() and i not in saved))
+            and i not in saved
+            and (i in channels_last or not v.is_contiguous())
             and is_non_overlapping_and_dense_or_false(v)
         }
+        #: saved channels-last outputs, handed out as NCHW views of their NHWC buffers
+        self.viewed = [
+            i for i in sorted(channels_last) if i not in self.passthrough and i not in self.copied
+        ]
         self._local = threading.local()
 
     def request(self) -> ov.InferRequest:
@@ -252,17 +281,17 @@ class OpenVINOGraph:
         feeds = args if self.feeds is None else [args[k] for k in self.feeds]
         # ~0.5 us an input when nothing is bound (``is_cpu``, not ``device.type``: 1 us; no
         # ``detach`` but to bind: 1.2 us), hf_bert's training step has 100
+        nhwc = self.nhwc_inputs
         for i, arg in enumerate(feeds):
             if not arg.is_cpu:
                 raise KilnError(
                     f"the openvino backend runs on host memory; input {i} is on {arg.device}"
                 )
-            if arg.is_contiguous():
-                source = arg
-            else:  # copied into a buffer of this input's own, bound once
+            source = arg.permute(NHWC) if i in nhwc else arg
+            if not source.is_contiguous():  # copied into a buffer of its own, bound once
                 if staged[i] is None:
-                    staged[i] = torch.empty(arg.shape, dtype=arg.dtype)
-                source = staged[i].copy_(arg)
+                    staged[i] = torch.empty(source.shape, dtype=source.dtype)
+                source = staged[i].copy_(source)
             # OpenVINO reads the memory at the bound address when it runs, and shapes and
             # dtypes are static: an input at that address needs no new binding
             address = source.data_ptr()
@@ -280,6 +309,8 @@ class OpenVINOGraph:
         request.infer(share_outputs=True)
         for i, k in self.passthrough.items():  # an alias of an input: a copy, as all results are
             outputs[i] = feeds[k].detach().clone()
+        for i in self.viewed:
+            outputs[i] = outputs[i].permute(NCHW)
         for i, (stride, order) in self.copied.items():
             result = outputs[i] if order is None else outputs[i].permute(order)
             fresh = torch.empty_strided(result.shape, stride, dtype=result.dtype)

@@ -18,10 +18,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import torchkiln
 from tests.plugins.openvino.ov_checks import train_compared
-from torchkiln_openvino import cache
+from torchkiln_openvino import cache, compiler
 from torchkiln_openvino.compiler import channels_last, compile_aten_graph, convert, core
 from torchkiln_openvino.decompositions import batch_norm_training
-from torchkiln_openvino.runtime import OpenVINOGraph
+from torchkiln_openvino.runtime import OpenVINOGraph, nhwc_inputs
 
 aten = torch.ops.aten
 F32 = {"rtol": 1e-4, "atol": 1e-4}
@@ -169,6 +169,65 @@ def test_channels_last_outputs_come_back_in_eagers_layout():
         out = graph(x, w)
         torch.testing.assert_close(out, list(fn(x, w)), **F32)
         assert all(t.is_contiguous() for t in out)
+
+
+def test_saved_channels_last_outputs_stay_nhwc():
+    """A training forward's saved value that OpenVINO gives NHWC is handed out as it lies
+    (an NCHW view of channels-last strides, no copy); a user's output gets eager's strides."""
+
+    def fn(x, w):
+        y = aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return aten.relu.default(y), y
+
+    x, w = torch.randn(2, 16, 8, 8), torch.randn(16, 16, 3, 3)
+    gm = make_fx(fn)(x, w)
+    gm.meta["num_user_outputs"] = 1
+    model = channels_last(convert(gm, [x, w]), frozenset({0, 1}))
+    compiled = core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    graph = OpenVINOGraph(compiled, gm, frozenset({0, 1}))
+    for _ in range(2):
+        x = torch.randn(2, 16, 8, 8)
+        user, saved = graph(x, w)
+        torch.testing.assert_close([user, saved], list(fn(x, w)), **F32)
+        assert user.is_contiguous()
+        assert saved.is_contiguous(memory_format=torch.channels_last) and not saved.is_contiguous()
+
+
+@pytest.mark.parametrize("given", ["channels-last", "contiguous"])
+def test_an_input_compiled_channels_last_is_taken_nhwc(given):
+    """An input compiled channels-last (a saved value of a forward) is bound NHWC as it
+    lies; one that comes otherwise laid out is copied into that order first."""
+
+    def fn(x, g):
+        return (aten.mul.Tensor(aten.relu.default(x), g),)
+
+    def laid_out(t):
+        return t.contiguous(memory_format=torch.channels_last) if given == "channels-last" else t
+
+    example = torch.randn(2, 16, 8, 8).contiguous(memory_format=torch.channels_last)
+    g = torch.randn(2, 16, 8, 8)
+    graph = compile_aten_graph(make_fx(fn)(example, g), [example, g])
+    assert graph.nhwc_inputs == {0}
+    assert list(graph.compiled.inputs[0].get_shape()) == [2, 8, 8, 16]
+    for _ in range(2):
+        x, g = laid_out(torch.randn(2, 16, 8, 8)), torch.randn(2, 16, 8, 8)
+        torch.testing.assert_close(graph(x, g), list(fn(x, g)), rtol=0, atol=0)
+
+
+def test_a_conv_net_trains_with_its_saved_values_nhwc(caplog, monkeypatch, tmp_path):
+    """A CNN's training step: the forward saves its convolutions' outputs NHWC, the
+    backward takes them so; loss and gradients match eager's."""
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))  # compiled here, not loaded
+    found: list[frozenset[int]] = []
+
+    def recording(example_inputs):
+        found.append(nhwc_inputs(example_inputs))
+        return found[-1]
+
+    monkeypatch.setattr(compiler, "nhwc_inputs", recording)
+    model = nn.Sequential(conv_bn(), nn.ReLU(), nn.Conv2d(4, 16, 3, padding=1), nn.BatchNorm2d(16))
+    train_compared(model, torch.randn(4, 3, 16, 16), caplog)
+    assert not found[0] and found[1], "the backward took no saved value NHWC"
 
 
 def conv_bn(affine: bool = True):
