@@ -8,8 +8,8 @@ Run it against a registered backend, from any directory::
 
 or parametrize a backend package's own tests with it (``kit_params``). Each check
 compares the backend with eager PyTorch on fresh random inputs: OpInfo samples of
-common ops (float32 and the ``dtypes`` the backend declares), small models in
-inference and training, mutated inputs, multiple and aliasing outputs,
+common ops (float32 and the ``dtypes`` the backend declares) and their gradients
+(float32), small models in inference and training, mutated inputs, multiple and aliasing outputs,
 non-contiguous inputs, scalars, the declared options and modes, the
 missing-dependency message, and results that stay intact across calls. The run
 ends with a report: what passed, what the core partitioned away from the backend

@@ -25,7 +25,19 @@ from torchkiln.registry import ensure_usable, lookup_backend
 from torchkiln.testing import declared, semantics
 from torchkiln.testing.compare import Target, run_module_compared
 from torchkiln.testing.models import MODELS, ModelCase
-from torchkiln.testing.opinfo import SWEEP_OPS, assert_op_matches, opinfos, samples
+from torchkiln.testing.opinfo import (
+    SWEEP_OPS,
+    NotDifferentiable,
+    assert_op_matches,
+    backward_dtypes,
+    backward_samples,
+    eager_gradients,
+    flat,
+    grad_leaves,
+    gradients,
+    opinfos,
+    samples,
+)
 
 #: The op sweep's fast subset: one or two ops of each family.
 FAST_OPS = [
@@ -42,6 +54,10 @@ FAST_OPS = [
     "transpose",
     "where",
 ]
+
+#: The backward sweep's fast subset: a pointwise op, a reduction, a normalization, a matmul,
+#: a gather and a structural op.
+FAST_GRAD_OPS = ["mul", "tanh", "sum", "softmax", "mm", "gather", "cat"]
 
 #: The pytest marker on checks left out of the default (fast) run.
 SLOW_MARKER = "kiln_slow"
@@ -90,10 +106,7 @@ def _op_check(op: str, dtypes: tuple[torch.dtype, ...], target: Target) -> None:
     A sample whose call never reaches the backend (a graph break before its only op, as a
     ``narrow`` whose start is a tensor) is compared with eager but not counted: every op
     needs one sample that the backend ran."""
-    if importlib.util.find_spec("expecttest") is None:
-        import pytest
-
-        pytest.skip("the op sweep reads OpInfo, which needs expecttest: pip install expecttest")
+    _needs_expecttest()
     ran = compared = 0
     for full_name, info in opinfos([op]):
         supported = info.supported_dtypes(target.device)
@@ -117,6 +130,53 @@ def _op_check(op: str, dtypes: tuple[torch.dtype, ...], target: Target) -> None:
                 ran += target.graphs > before
     assert compared, f"OpInfo has no sample of {op!r} in {[str(d) for d in dtypes]} that eager runs"
     assert ran, f"none of the {compared} samples of {op!r} reached the backend (graph breaks)"
+
+
+def _grad_check(op: str, target: Target) -> None:
+    """Outputs and input gradients of two float32 OpInfo samples of ``op`` against eager's,
+    under one fixed random cotangent per output. Samples eager can't differentiate are left
+    out (an op with none is skipped); one that never reaches the backend is not counted."""
+    _needs_expecttest()
+    ran = compared = 0
+    for full_name, info in opinfos([op]):
+        if not backward_dtypes(info, (torch.float32,), target.device):
+            continue
+        for case, requires_grad in backward_samples(
+            info, full_name, torch.float32, 2, target.device
+        ):
+            try:
+                expected, cots, expected_grads = eager_gradients(case, requires_grad)
+            except NotDifferentiable:
+                continue
+            torchkiln.reset()  # the samples' functions share one code object
+            before = target.graphs
+            leaves = grad_leaves(case.inputs, requires_grad)
+            stage = "forward"
+            try:
+                outputs = flat(target.compile(case.fn))(*leaves)
+                assert_op_matches(full_name, [o.detach() for o in outputs], expected)
+                stage = "gradient"
+                grads = gradients(outputs, leaves, cots)
+                assert_op_matches(full_name, grads, expected_grads)
+            except Exception as e:
+                shapes = [tuple(t.shape) for t in case.inputs]
+                raise AssertionError(
+                    f"{full_name} {stage}, inputs of shapes {shapes}: {type(e).__name__}: {e}"
+                ) from e
+            compared += 1
+            ran += target.graphs > before
+    if not compared:
+        import pytest
+
+        pytest.skip(f"eager differentiates no float32 sample of {op!r}")
+    assert ran, f"none of the {compared} samples of {op!r} reached the backend (graph breaks)"
+
+
+def _needs_expecttest() -> None:
+    if importlib.util.find_spec("expecttest") is None:
+        import pytest
+
+        pytest.skip("the op sweep reads OpInfo, which needs expecttest: pip install expecttest")
 
 
 def _model_check(case: ModelCase, train: bool, target: Target) -> None:
@@ -150,6 +210,8 @@ def checks(backend: str) -> list[Check]:
 
     for op in dict.fromkeys([*FAST_OPS, *SWEEP_OPS]):
         add(f"ops/{op}", functools.partial(_op_check, op, dtypes), slow=op not in FAST_OPS)
+    for op in dict.fromkeys([*FAST_GRAD_OPS, *SWEEP_OPS]):
+        add(f"grads/{op}", functools.partial(_grad_check, op), slow=op not in FAST_GRAD_OPS)
     for case in MODELS:
         for train in (False, True):
             kind = "training" if train else "inference"

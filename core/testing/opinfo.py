@@ -294,3 +294,103 @@ def assert_op_matches(op: str, actual: Sequence[torch.Tensor], expected: Sequenc
             torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5, equal_nan=True)
         else:
             torch.testing.assert_close(a, e, equal_nan=True)
+
+
+class NotDifferentiable(Exception):
+    """Eager gives a sample no gradient to compare (the message says why): not a failure."""
+
+
+def backward_dtypes(op: Any, dtypes: Iterable[torch.dtype], device: str) -> list[torch.dtype]:
+    """The floating ``dtypes`` in which OpInfo says ``op`` has a backward on ``device``."""
+    if not op.supports_autograd:
+        return []
+    supported = op.supported_backward_dtypes(device)
+    return [d for d in dtypes if d.is_floating_point and d in supported]
+
+
+def backward_samples(
+    op: Any, name: str, dtype: torch.dtype, max_samples: int, device: str
+) -> list[tuple[OpSample, list[bool]]]:
+    """:func:`samples`, each with which of its tensors require grad: those OpInfo makes
+    require grad (not a batch norm's running statistics, say), else the floating ones."""
+    masks = _grad_masks(op, dtype, device, max_samples)
+    return [
+        (case, masks.get(_signature(case.inputs), [t.is_floating_point() for t in case.inputs]))
+        for case in samples(op, name, dtype, max_samples, device)
+    ]
+
+
+def _grad_masks(op: Any, dtype: torch.dtype, device: str, count: int) -> dict[tuple, list[bool]]:
+    """OpInfo's ``requires_grad`` of each sample's tensors, by the sample's tensor shapes and
+    dtypes (``samples`` keeps only those)."""
+    masks: dict[tuple, list[bool]] = {}
+    try:
+        raw = list(op.sample_inputs(device, dtype, requires_grad=True))[:count]
+    except Exception:
+        return masks
+    for sample in raw:
+        leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+        masks.setdefault(_signature(tensors), [t.requires_grad for t in tensors])
+    return masks
+
+
+def _signature(tensors: Sequence[torch.Tensor]) -> tuple:
+    return tuple((tuple(t.shape), t.dtype) for t in tensors)
+
+
+def grad_leaves(
+    inputs: Sequence[torch.Tensor], requires_grad: Sequence[bool]
+) -> list[torch.Tensor]:
+    """Fresh leaf copies of ``inputs``: eager and compiled runs share no autograd graph."""
+    return [t.detach().clone().requires_grad_(r) for t, r in zip(inputs, requires_grad)]
+
+
+def flat(fn: Callable) -> Callable[..., tuple]:
+    """``fn`` returning its tensors as one flat tuple."""
+    return lambda *args: tuple(pytree.tree_leaves(fn(*args)))
+
+
+def cotangents(outputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    """The same random cotangents for eager and compiled runs (``None`` for an output that
+    needs none): a sum of outputs would give every output a gradient of ones, which hides a
+    transposed or misplaced gradient."""
+    gen = torch.Generator().manual_seed(0)
+    return [
+        torch.randn(o.shape, generator=gen).to(o.dtype).to(o.device) if o.requires_grad else None
+        for o in outputs
+    ]
+
+
+def gradients(
+    outputs: Sequence[torch.Tensor], leaves: Sequence[torch.Tensor], cotangents: Sequence
+) -> tuple[torch.Tensor, ...]:
+    """Gradients of the inputs that require grad; zeros for those the outputs don't use."""
+    pairs = [(o, c) for o, c in zip(outputs, cotangents) if c is not None]
+    return torch.autograd.grad(
+        [o for o, _ in pairs],
+        [t for t in leaves if t.requires_grad],
+        [c for _, c in pairs],
+        allow_unused=True,
+        materialize_grads=True,
+    )
+
+
+def eager_gradients(case: OpSample, requires_grad: Sequence[bool]) -> tuple[list, list, tuple]:
+    """Eager's outputs, the cotangents and the gradients of ``case``; raises
+    :class:`NotDifferentiable` where eager has none to compare."""
+    if not any(requires_grad):
+        raise NotDifferentiable("no input requires grad")
+    leaves = grad_leaves(case.inputs, requires_grad)
+    try:
+        outputs = flat(case.fn)(*leaves)
+    except Exception as e:
+        raise NotDifferentiable(f"eager forward with grad: {type(e).__name__}") from e
+    cots = cotangents(outputs)
+    if all(c is None for c in cots):
+        raise NotDifferentiable("no output requires grad")
+    try:
+        grads = gradients(outputs, leaves, cots)
+    except Exception as e:
+        raise NotDifferentiable(f"eager backward: {type(e).__name__}: {e}"[:160]) from e
+    return [o.detach() for o in outputs], cots, grads

@@ -3,7 +3,8 @@
 The folder's conftest registers two third-party backends, as a plugin package's tests
 would: ``broken_fixture`` gets tanh wrong, hands out one buffer for every result and
 declares an option its compile function does not take; ``partial_fixture`` runs
-add and mul only. The kit must report each failure, and what it partitioned away.
+add and mul only; ``wrong_grad_fixture`` returns eager's outputs with twice their
+gradients. The kit must report each failure, and what it partitioned away.
 """
 
 import os
@@ -38,6 +39,21 @@ def broken(gm, example_inputs):
     return run
 
 
+class Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+
+def wrong_grad(gm, example_inputs):
+    return lambda *args: [Doubled.apply(out) for out in gm(*args)]
+
+
+register_backend(Backend("wrong_grad_fixture", wrong_grad))
 register_backend(
     Backend("broken_fixture", broken, options=(Option("fast", False, "unused", type=bool),))
 )
@@ -68,8 +84,11 @@ def test_the_kit_reports_a_broken_backend_and_what_it_partitioned_away(tmp_path)
             "broken_fixture",
             "--kiln-backend",
             "partial_fixture",
+            "--kiln-backend",
+            "wrong_grad_fixture",
             "-k",
-            "ops/add or ops/tanh or ops/exp or results-do-not-alias or options/defaults",
+            "ops/add or ops/tanh or ops/exp or results-do-not-alias or options/defaults "
+            "or grads/mul or grads/tanh",
             "--tb=no",
         ],
         cwd=tmp_path,
@@ -82,21 +101,25 @@ def test_the_kit_reports_a_broken_backend_and_what_it_partitioned_away(tmp_path)
     assert run.returncode == 1, out + run.stderr
     report = out[out.index("torchkiln conformance report") :]
     broken = report[report.index("backend 'broken_fixture'") : report.index("backend 'partial")]
-    partial = report[report.index("backend 'partial_fixture'") :]
-    assert "broken_fixture': 3 failed, 2 passed" in broken
+    partial = report[report.index("backend 'partial_fixture'") : report.index("backend 'wrong")]
+    wrong_grad = report[report.index("backend 'wrong_grad_fixture'") :]
+    assert "broken_fixture': 3 failed, 4 passed" in broken
     failed = broken[broken.index("  failed:") :]
     assert "ops/tanh: AssertionError: tanh torch.float32" in failed
     assert "semantics/results-do-not-alias-across-calls: AssertionError" in failed
     assert "options/defaults: torchkiln.exc.BackendCompilerFailed" in failed
     assert "unexpected keyword argument 'fast'" in failed
-    assert "partial_fixture': 4 passed" in partial
+    assert "partial_fixture': 6 passed" in partial
     assert "exp.default (partial_fixture: not among its ops): in ops/exp" in partial
+    assert "tanh.default (partial_fixture: not among its ops): in ops/tanh, grads/tanh" in partial
+    assert "wrong_grad_fixture': 2 failed, 4 passed" in wrong_grad
+    assert "grads/mul: AssertionError: mul gradient" in wrong_grad
 
 
 def test_slow_checks_are_marked_and_the_fast_subset_covers_every_group():
     found = checks("eager")
     fast = {c.id.split("/")[0] for c in found if not c.slow}
-    assert fast == {"ops", "models", "semantics"}
+    assert fast == {"ops", "grads", "models", "semantics"}
     assert any(c.slow for c in found)
 
 

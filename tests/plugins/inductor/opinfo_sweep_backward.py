@@ -31,11 +31,21 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-from torch.utils import _pytree as pytree
 
 from torchkiln.aot.api import RUN_AS_CAPTURED
 from torchkiln.aot.runtime import TrainingPlan
-from torchkiln.testing.opinfo import OpSample, assert_op_matches, opinfos, samples
+from torchkiln.testing.opinfo import (
+    NotDifferentiable,
+    OpSample,
+    assert_op_matches,
+    backward_dtypes,
+    backward_samples,
+    eager_gradients,
+    flat,
+    grad_leaves,
+    gradients,
+    opinfos,
+)
 from torchkiln_inductor.backend import compile_graph
 from torchkiln_inductor.compile_fx import CompiledGraph
 
@@ -84,14 +94,11 @@ def _cases(
 ) -> list[tuple[OpSample, list[bool]]]:
     """``op``'s samples in the dtypes it has a backward in, each with which of its tensors
     require grad; none: the reason in ``result``."""
-    chosen = _backward_dtypes(op, dtypes, device)
+    chosen = backward_dtypes(op, dtypes, device)
     cases = []
     for dtype in chosen:
         count = max_samples if dtype == torch.float32 else 1
-        masks = _grad_masks(op, dtype, device, count)
-        for case in samples(op, name, dtype, count, device):
-            floating = [t.is_floating_point() for t in case.inputs]
-            cases.append((case, masks.get(_signature(case.inputs), floating)))
+        cases += backward_samples(op, name, dtype, count, device)
     if not op.supports_autograd:
         result.skipped[name] = "not differentiable"
     elif not chosen:
@@ -99,33 +106,6 @@ def _cases(
     elif not cases:
         result.skipped[name] = "no sample that eager runs"
     return cases
-
-
-def _backward_dtypes(op: Any, dtypes, device: str) -> list[torch.dtype]:
-    """The floating ``dtypes`` in which OpInfo says ``op`` has a backward on ``device``."""
-    if not op.supports_autograd:
-        return []
-    supported = op.supported_backward_dtypes(device)
-    return [d for d in dtypes if d.is_floating_point and d in supported]
-
-
-def _grad_masks(op: Any, dtype: torch.dtype, device: str, count: int) -> dict[tuple, list[bool]]:
-    """Which tensors of each sample OpInfo makes require grad (not a batch norm's running
-    statistics, say), by the sample's tensor shapes and dtypes (``samples`` keeps only those)."""
-    masks: dict[tuple, list[bool]] = {}
-    try:
-        raw = list(op.sample_inputs(device, dtype, requires_grad=True))[:count]
-    except Exception:
-        return masks
-    for sample in raw:
-        leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
-        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
-        masks.setdefault(_signature(tensors), [t.requires_grad for t in tensors])
-    return masks
-
-
-def _signature(tensors: list[torch.Tensor]) -> tuple:
-    return tuple((tuple(t.shape), t.dtype) for t in tensors)
 
 
 def _record(
@@ -152,10 +132,11 @@ def check_case(case: OpSample, requires_grad: list[bool], options: dict) -> list
     Returns the compiled forward and backward; raises :class:`Failed` (a difference, an
     error) or :class:`Skipped` (nothing to test, or the inductor did not compile both).
     """
-    if not any(requires_grad):
-        raise Skipped("no input requires grad")
-    expected, cotangents, expected_grads = _eager(case, requires_grad)
-    leaves = _leaves(case.inputs, requires_grad)
+    try:
+        expected, cots, expected_grads = eager_gradients(case, requires_grad)
+    except NotDifferentiable as e:
+        raise Skipped(str(e)) from e
+    leaves = grad_leaves(case.inputs, requires_grad)
     gm = _trace(case.fn, leaves)
     with _stage("compile"):
         compiled = compile_graph(gm, leaves, **options)
@@ -163,58 +144,10 @@ def check_case(case: OpSample, requires_grad: list[bool], options: dict) -> list
         outputs = compiled(*leaves)
         assert_op_matches(case.op, [o.detach() for o in outputs], expected)
     with _stage("backward"):
-        grads = _grads(outputs, leaves, cotangents)
+        grads = gradients(outputs, leaves, cots)
     with _stage("gradient"):
         assert_op_matches(case.op, grads, expected_grads)
     return _compiled_graphs(compiled)
-
-
-def _eager(case: OpSample, requires_grad: list[bool]) -> tuple[list, list, tuple]:
-    """Eager's outputs, the cotangents (``None`` for outputs that need none) and gradients."""
-    leaves = _leaves(case.inputs, requires_grad)
-    try:
-        outputs = _flat(case.fn)(*leaves)
-    except Exception as e:
-        raise Skipped(f"eager forward with grad: {type(e).__name__}") from e
-    cotangents = _cotangents(outputs)
-    if all(c is None for c in cotangents):
-        raise Skipped("no output requires grad")
-    try:
-        grads = _grads(outputs, leaves, cotangents)
-    except Exception as e:
-        raise Skipped(f"eager backward: {type(e).__name__}: {e}"[:160]) from e
-    return [o.detach() for o in outputs], cotangents, grads
-
-
-def _leaves(inputs: list[torch.Tensor], requires_grad: list[bool]) -> list[torch.Tensor]:
-    """Fresh leaf copies of ``inputs``: eager and compiled runs share no autograd graph."""
-    return [t.detach().clone().requires_grad_(r) for t, r in zip(inputs, requires_grad)]
-
-
-def _flat(fn: Callable) -> Callable[..., tuple]:
-    return lambda *args: tuple(pytree.tree_leaves(fn(*args)))
-
-
-def _cotangents(outputs: tuple) -> list[torch.Tensor | None]:
-    """The same random cotangents for eager and compiled runs: a sum of outputs would give
-    every output a gradient of ones, which hides a transposed or misplaced gradient."""
-    gen = torch.Generator().manual_seed(0)
-    return [
-        torch.randn(o.shape, generator=gen).to(o.dtype).to(o.device) if o.requires_grad else None
-        for o in outputs
-    ]
-
-
-def _grads(outputs, leaves: list[torch.Tensor], cotangents: list) -> tuple[torch.Tensor, ...]:
-    """Gradients of the inputs that require grad; zeros for those the outputs don't use."""
-    pairs = [(o, c) for o, c in zip(outputs, cotangents) if c is not None]
-    return torch.autograd.grad(
-        [o for o, _ in pairs],
-        [t for t in leaves if t.requires_grad],
-        [c for _, c in pairs],
-        allow_unused=True,
-        materialize_grads=True,
-    )
 
 
 def _trace(fn: Callable, leaves: list[torch.Tensor]) -> torch.fx.GraphModule:
@@ -225,7 +158,7 @@ def _trace(fn: Callable, leaves: list[torch.Tensor]) -> torch.fx.GraphModule:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            gm = make_fx(_flat(fn))(*leaves)
+            gm = make_fx(flat(fn))(*leaves)
     except Exception as e:
         raise Skipped(f"cannot trace: {type(e).__name__}: {str(e)[:80]}") from e
     try:
