@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from torch.utils import _pytree as pytree
 
 import torchkiln
 from torchkiln import config
+from torchkiln.disk_cache import scratch_dir
 from torchkiln.registry import ensure_usable, lookup_backend
 from torchkiln.testing import declared, semantics
 from torchkiln.testing.compare import Target, run_module_compared
@@ -85,14 +87,27 @@ class Check:
 
 @contextlib.contextmanager
 def _isolated() -> Iterator[None]:
-    persist = config.persist_captures
+    """No capture cached, none read from disk, and no cache another process left: its plans
+    would hide what this run's compile does (a graph whose compile failed is stored as the
+    graph it ran instead, and loads without the warning). This process's checks share a
+    cache folder of its own, removed at exit."""
+    persist, cache = config.persist_captures, os.environ.get(CACHE_DIR_VARIABLE)
     config.persist_captures = False
+    os.environ[CACHE_DIR_VARIABLE] = str(scratch_dir() / "kit-cache")
     torchkiln.reset()
     try:
         yield
     finally:
         config.persist_captures = persist
+        if cache is None:
+            del os.environ[CACHE_DIR_VARIABLE]
+        else:
+            os.environ[CACHE_DIR_VARIABLE] = cache
         torchkiln.reset()
+
+
+#: ``torchkiln.disk_cache.cache_dir()`` reads it on every call
+CACHE_DIR_VARIABLE = "TORCHKILN_CACHE_DIR"
 
 
 #: The dtypes an op that has no sample in a backend's declared ones (bitwise ops, say) is

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from torchkiln.testing import checks, kit_params
+from torchkiln import disk_cache
+from torchkiln.testing import Check, checks, kit_params
 
 FIXTURE_BACKENDS = """
 import torch
@@ -136,3 +137,16 @@ def test_integer_ops_and_samples_that_break_the_graph_are_checked_not_failed(op)
     pytest.importorskip("expecttest", reason="OpInfo needs expecttest")
     (check,) = [c for c in checks("eager") if c.id == f"ops/{op}"]
     check.run()
+
+
+def test_checks_read_no_cache_another_process_left(tmp_path, monkeypatch):
+    """A plan an earlier run stored (a graph whose compile failed is stored as the graph run
+    instead, and loads without the warning) would hide what this run's compile does: the
+    checks share a cache folder of this process's own."""
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    seen = []
+    probe = Check("eager", "probe", lambda _target: seen.append(disk_cache.cache_dir()))
+    probe.run()
+    probe.run()
+    assert seen[0] == seen[1] != tmp_path
+    assert disk_cache.cache_dir() == tmp_path
