@@ -205,19 +205,25 @@ def stable_name(fn: object) -> str:
 
 
 class _Pickler(pickle.Pickler):
-    """Stores ``torch.ops`` overloads by name: they are not picklable themselves."""
+    """Stores ``torch.ops`` overloads and overload packets (``torch.ops.aten.add``, what a
+    call of ``torch.ops.<namespace>.<op>(...)`` captures) by name: they are not picklable
+    themselves."""
 
     def persistent_id(self, obj: object) -> tuple[str, str, str] | None:
         if isinstance(obj, torch._ops.OpOverload):
             return ("op", obj.namespace, f"{obj._opname}.{obj._overloadname}")
+        if isinstance(obj, torch._ops.OpOverloadPacket):
+            namespace, _, name = obj._qualified_op_name.partition("::")
+            return ("op", namespace, name)
         return None
 
 
 class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid: tuple[str, str, str]) -> object:
         _, namespace, path = pid
-        name, overload = path.split(".")
-        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+        name, _, overload = path.partition(".")
+        packet = getattr(getattr(torch.ops, namespace), name)
+        return getattr(packet, overload) if overload else packet
 
 
 def dumps(obj: object) -> bytes:

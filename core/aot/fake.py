@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._higher_order_ops.effects import _get_effect
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.utils import _pytree as pytree
@@ -97,19 +98,25 @@ def functionalized() -> Iterator[None]:
         yield
 
 
-#: Ops torch registers as ordered side effects that a graph carries as plain calls: they
-#: return nothing and raise on bad input (``torch.linalg.inv``'s check of a singular matrix).
-#: torch's own AOT threads "effect tokens" through its graphs for them; this layer has no
-#: tokens, and torch 2.13's functionalization refuses such an op without one. Traced as a
-#: call, the op stays in the graph (fx counts it impure) after the values it checks.
-EFFECTS_AS_CALLS = frozenset({torch.ops.aten._linalg_check_errors.default})
+def effect_as_call(func: object) -> bool:
+    """Whether ``func`` is an op torch registers as an ordered side effect that returns
+    nothing (``aten._linalg_check_errors``, ``torch.linalg.inv``'s check of a singular
+    matrix; ``aten._print``): a graph carries it as a plain call. torch's own AOT threads
+    "effect tokens" through its graphs for such ops; this layer has no tokens, and torch
+    2.13's functionalization refuses the op without one. Traced as a call, the op stays in
+    the graph (fx counts it impure) after the values it reads."""
+    return (
+        isinstance(func, torch._ops.OpOverload)
+        and not func._schema.returns
+        and _get_effect(func) is not None
+    )
 
 
 class _Functionalize(FunctionalTensorMode):
-    """Functionalization that records :data:`EFFECTS_AS_CALLS` as plain calls."""
+    """Functionalization that records the ops :func:`effect_as_call` names as plain calls."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in EFFECTS_AS_CALLS:
+        if effect_as_call(func):
             args, kwargs = pytree.tree_map_only(FunctionalTensor, from_functional, (args, kwargs))
             return func(*args, **(kwargs or {}))
         return super().__torch_dispatch__(func, types, args, kwargs)

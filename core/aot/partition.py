@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 import torch.fx as fx
 
 from torchkiln.aot.recompute import is_recomputable, saved_bytes
+from torchkiln.effects import is_effect
 
 
 def _ancestors(outputs: Iterable[fx.Node], stop: set[fx.Node]) -> set[fx.Node]:
@@ -64,13 +65,15 @@ def _extract(
     inputs: list[fx.Node],
     outputs: list[fx.Node],
     on_demand: set[fx.Node] = frozenset(),
+    effects: list[fx.Node] = (),
 ) -> fx.GraphModule:
-    """A graph computing ``outputs`` from ``inputs``, copying nodes in joint order.
+    """A graph computing ``outputs`` from ``inputs``, copying nodes in joint order, and
+    running ``effects`` (calls made for what they do, which nothing reads).
 
     Nodes in ``on_demand`` are instead placed just before their first user,
     so that values the backward recomputes are not all alive at its start.
     """
-    needed = _ancestors(outputs, stop=set(inputs))
+    needed = _ancestors([*outputs, *effects], stop=set(inputs))
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in inputs:
@@ -112,9 +115,16 @@ def partition_with_saved(
     primals = [n for n in joint_gm.graph.nodes if n.op == "placeholder" and not _is_tangent(n)]
     tangents = [n for n in joint_gm.graph.nodes if _is_tangent(n)]
     fw_outs, bw_outs = _split_outputs(joint_gm, num_fwd_outputs)
-    recomputed = set(joint_gm.graph.nodes) - _tangent_dependent(joint_gm)
-    fw_gm = _extract(joint_gm, primals, fw_outs + saved)
-    bw_gm = _extract(joint_gm, saved + tangents, bw_outs, on_demand=recomputed)
+    dependent = _tangent_dependent(joint_gm)
+    recomputed = set(joint_gm.graph.nodes) - dependent
+    effects = [n for n in joint_gm.graph.nodes if is_effect(n)]
+    fw_effects = [n for n in effects if n not in dependent]
+    bw_effects = [n for n in effects if n in dependent]
+    # what a backward effect reads of the forward's values is saved (a tangent-free input)
+    read = [i for n in bw_effects for i in n.all_input_nodes if i not in dependent]
+    saved = saved + [i for i in dict.fromkeys(read) if i not in saved]
+    fw_gm = _extract(joint_gm, primals, fw_outs + saved, effects=fw_effects)
+    bw_gm = _extract(joint_gm, saved + tangents, bw_outs, on_demand=recomputed, effects=bw_effects)
     return fw_gm, bw_gm
 
 

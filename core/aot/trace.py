@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchkiln.aot.analysis import GraphMeta
 from torchkiln.aot.fake import fresh_copies, from_functional, functionalized, to_functional
+from torchkiln.effects import is_impure
 from torchkiln.exc import KilnError
 
 Decompositions = Mapping[Callable, Callable]
@@ -40,7 +41,7 @@ def _flatten_io(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     gm.graph._codegen = torch.fx.graph.CodeGen()
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     output.args = (tuple(output.args[0]),)
-    gm.graph.eliminate_dead_code()
+    gm.graph.eliminate_dead_code(is_impure_node=is_impure)
     gm.recompile()
     return gm
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from torchkiln import effects
 from torchkiln.capture import dynamic, inference_mode, runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.aliasing import is_weight
@@ -179,6 +180,8 @@ class OutputGraph:
             and not _contains_sym(example)
             and target is not operator.setitem
         ):
+            if example is None and kind == "call_function" and effects.has_side_effects(target):
+                return self._effect(target, args, proxy_args, proxy_kwargs)
             if not is_plain_result(example):
                 raise Unsupported(f"{name} returned a {type(example).__name__}")
             return self.wrap_result(None, example)
@@ -191,6 +194,19 @@ class OutputGraph:
                 self._note_write(arg)
                 return arg  # in-place op: keep the input's identity
         return self.wrap_result(node, example)
+
+    def _effect(self, target: Any, args: list, proxy_args: tuple, proxy_kwargs: dict):
+        """A call that returns nothing and is made for what it does (an op that writes its
+        arguments, an assertion, a print): a node of its own, which nothing reads and no
+        backend may drop. Its tensor arguments count as written when its schema writes."""
+        node = self.graph.create_node("call_function", target, proxy_args, proxy_kwargs)
+        node.meta["example_value"] = None
+        if effects.writes_arguments(target):
+            for arg in args:
+                for vt in arg.items if isinstance(arg, V.ListVariable | V.TupleVariable) else [arg]:
+                    if isinstance(vt, V.TensorVariable):
+                        self._note_write(vt)
+        return V.ConstantVariable(None)
 
     def _input_layout(self, fake: Any) -> tuple | None:
         """Size, strides, offset, storage and requires_grad of ``fake`` if it views an

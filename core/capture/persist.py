@@ -178,7 +178,8 @@ def store(fn: types.FunctionType, cfg: Any, entry: CacheEntry) -> None:
         previous = [r for r in _read(path) if _fresh(r.files) and not _same(r, record)]
         records = [*previous, record][-max(config.cache_size_limit, 1) :]
         data = dumps((FORMAT, records))
-    except (Uncacheable, pickle.PicklingError, TypeError, AttributeError) as e:
+    # RuntimeError: what pybind11 objects raise when pickled
+    except (Uncacheable, pickle.PicklingError, TypeError, AttributeError, RuntimeError) as e:
         counters["capture_cache"]["unportable"] += 1
         logs.artifact("capture_cache", "not kept: %s: %s", fn.__code__.co_qualname, e)
         return

@@ -20,6 +20,8 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
+from torchkiln.effects import is_impure
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -185,7 +187,7 @@ def eliminate_common_subexpressions(gm: GraphModule) -> int:
 
 
 def eliminate_dead_code(gm: GraphModule) -> bool:
-    return gm.graph.eliminate_dead_code()
+    return gm.graph.eliminate_dead_code(is_impure_node=is_impure)
 
 
 def run_passes(gm: GraphModule) -> GraphModule:

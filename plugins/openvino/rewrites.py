@@ -33,6 +33,7 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_leaves
 
+from torchkiln.effects import is_impure
 from torchkiln_openvino.decompositions import LARGE
 
 aten = torch.ops.aten
@@ -293,7 +294,7 @@ def for_openvino(gm: fx.GraphModule) -> fx.GraphModule:
     expand_attention(copy)
     expand_convolution_backward(copy)
     count_booleans(copy)
-    copy.graph.eliminate_dead_code()
+    copy.graph.eliminate_dead_code(is_impure_node=is_impure)
     copy.recompile()
     return copy
 

@@ -1,4 +1,4 @@
-"""Ops torch registers as ordered side effects are traced as plain calls (``EFFECTS_AS_CALLS``).
+"""Ops torch registers as ordered side effects are traced as plain calls (``effect_as_call``).
 
 torch 2.13 marks ``aten._linalg_check_errors`` (``torch.linalg.inv``'s check of a singular
 matrix, ``solve``'s, ``cholesky``'s) as an effect, and its functionalization refuses it
