@@ -12,6 +12,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype
+from torchkiln_onnxrt.dtypes import onnx_dtype
 
 aten = torch.ops.aten
 
@@ -154,7 +155,10 @@ def to_dtype(b: GraphBuilder, node, x: Value, *_, **__) -> str:
 def _binary(onnx_op: str):
     def convert(b: GraphBuilder, node, x, y, *_, **__) -> str:
         dtype = out_dtype(node)
-        return b.op(onnx_op, [b.as_dtype(x, dtype), b.as_dtype(y, dtype)])
+        # ONNX's Mul, Max and Min take no booleans: torch's of booleans are those of 0 and 1
+        compute = torch.int32 if dtype == torch.bool else dtype
+        result = b.op(onnx_op, [b.as_dtype(x, compute), b.as_dtype(y, compute)])
+        return result if compute == dtype else b.op("Cast", [result], to=onnx_dtype(dtype))
 
     return convert
 

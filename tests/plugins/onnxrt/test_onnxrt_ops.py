@@ -41,6 +41,11 @@ POINTWISE = [
     Case("remainder_floats", lambda x: torch.remainder(x, 0.7), [f32(8)]),
     Case("remainder_negative_ints", lambda x: torch.remainder(x, 3), [i64(8)]),
     Case("fmod", lambda x: torch.fmod(x, 0.7), [f32(8)]),
+    Case(
+        "booleans_mul_maximum_minimum",
+        lambda x, y: (x * y, torch.maximum(x, y), torch.minimum(x, y)),
+        [boolean(8), boolean(8)],
+    ),
     Case("pow_scalar", lambda x: x**3, [f32(3, 4)]),
     Case("pow_tensor", lambda x, y: x**y, [positive(3, 4), f32(4)]),
     Case(
