@@ -139,7 +139,7 @@ def supports(node: fx.Node, torch_when_large: bool = True) -> bool | str:
         return f"{TORCH_FASTER_WHEN_LARGE[node.target]} of a large tensor: torch's is faster"
     if _draws_random_numbers(node):
         return "a random op: torch draws its numbers, so that a seed gives eager's"
-    wrong = converted_wrongly(node)
+    wrong = converted_wrongly(node) or not_converted(node)
     if wrong:
         return wrong
     if isinstance(node.meta.get("val"), (tuple, list)) and node.target not in ALL_OUTPUTS:
@@ -169,6 +169,39 @@ def converted_wrongly(node: fx.Node) -> str | None:
             "(abs(arange(-2, 1)) came back as arange(-2, 1): reflection padding's indices)"
         )
     return None
+
+
+def not_converted(node: fx.Node) -> str | None:
+    """Why OpenVINO's (2026.4) frontend would fail to convert ``node``, failing the compile of
+    its whole graph (found by the conformance kit's gradient sweep); None where it converts."""
+    if _over_a_dim_of_a_scalar(node):
+        return "an op over a dimension of a 0-d tensor: OpenVINO's frontend reads it out of range"
+    if node.target is aten.gather.default:
+        source, index = node.args[0].meta["val"], node.args[2].meta["val"]
+        dim = node.args[1] % max(source.ndim, 1)
+        if any(i != s for d, (i, s) in enumerate(zip(index.shape, source.shape)) if d != dim):
+            return (
+                "a gather whose index is smaller than its input outside dim: OpenVINO's "
+                "GatherElements takes them equal"
+            )
+    return None
+
+
+def _over_a_dim_of_a_scalar(node: fx.Node) -> bool:
+    """Whether ``node`` is given a dimension (``dim``, ``dims``) of a 0-d tensor, its first
+    argument (``sum(x, [0], keepdim=True)``, ``index_select``, ``flip``, ``max.dim``...)."""
+    schema = getattr(node.target, "_schema", None)
+    first = node.args[0] if node.args else None
+    if schema is None or not isinstance(first, fx.Node):
+        return False
+    value = first.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.ndim:
+        return False
+    for k, arg in enumerate(schema.arguments):
+        if arg.name in ("dim", "dims"):
+            given = node.kwargs.get(arg.name, node.args[k] if k < len(node.args) else None)
+            return given not in (None, [], ())
+    return False
 
 
 def _reads_inputs(node: fx.Node) -> bool:
