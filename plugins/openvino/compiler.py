@@ -121,7 +121,9 @@ def runs_better_in_torch(gm: torch.fx.GraphModule) -> bool:
     """Whether ``gm`` costs less as it is than as an OpenVINO call (~30 us, and each tensor
     bound): a graph of views alone (aliases between two ops of the next backend), or of
     integer scalars alone (a batch norm's ``num_batches_tracked + 1``, a partition of
-    its own), or one that returns nothing but its inputs (the model would compute none)."""
+    its own), or one that returns nothing but its inputs (the model would compute none), or
+    one that reads none of them (a backward's zeros: OpenVINO's frontend drops the unread
+    inputs, and the model would take none)."""
     calls = [
         n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
     ]
@@ -129,7 +131,8 @@ def runs_better_in_torch(gm: torch.fx.GraphModule) -> bool:
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     integer_scalars = all(t.numel() == 1 and not t.is_floating_point() for t in tensors)
     views = all(getattr(n.target, "is_view", False) for n in calls)
-    return views or integer_scalars or not rewrites.model_outputs(gm)
+    reads_none = not any(p.users for p in gm.graph.find_nodes(op="placeholder"))
+    return views or integer_scalars or reads_none or not rewrites.model_outputs(gm)
 
 
 def convolves(gm: torch.fx.GraphModule) -> bool:

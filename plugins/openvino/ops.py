@@ -171,11 +171,19 @@ def converted_wrongly(node: fx.Node) -> str | None:
     return None
 
 
+MATMULS = (aten.mm.default, aten.bmm.default, aten.addmm.default)
+
+
 def not_converted(node: fx.Node) -> str | None:
-    """Why OpenVINO's (2026.4) frontend would fail to convert ``node``, failing the compile of
-    its whole graph (found by the conformance kit's gradient sweep); None where it converts."""
+    """Why OpenVINO (2026.4) would fail to convert or compile ``node``, failing the compile of
+    its whole graph (found by the conformance kit's gradient sweep); None where it does not."""
     if _over_a_dim_of_a_scalar(node):
         return "an op over a dimension of a 0-d tensor: OpenVINO's frontend reads it out of range"
+    if node.target in MATMULS and any(a.meta["val"].numel() == 0 for a in node.all_input_nodes):
+        return (
+            "a matmul of an empty tensor: OpenVINO's CPU plugin fails to compile it beside a "
+            "transpose ('object is not initialized')"
+        )
     if node.target is aten.gather.default:
         source, index = node.args[0].meta["val"], node.args[2].meta["val"]
         dim = node.args[1] % max(source.ndim, 1)

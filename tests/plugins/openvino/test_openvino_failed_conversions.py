@@ -1,6 +1,7 @@
-"""Ops OpenVINO's frontend fails to convert, which the capabilities leave to torch (found by the
-conformance kit's gradient sweep): the compile of the graph around them must not fail (it would
-run the whole graph in the next backend, with a warning), and each matches eager, gradients too."""
+"""Ops and graphs OpenVINO fails to convert or compile, which the capabilities leave to torch
+(found by the conformance kit's gradient sweep): the compile of the graph around them must not
+fail (it would run the whole graph in the next backend, with a warning), and each matches
+eager, gradients too."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ CASES = {
         lambda x, i: x.gather(1, i) * 2,
         lambda: [torch.randn(10, 5), torch.randint(0, 5, (5, 5))],
     ),
+    "a matmul of an empty tensor (its backward's beside transposes)": (
+        lambda a, b: a @ b,
+        lambda: [torch.randn(0, 5), torch.randn(5, 10)],
+    ),
+    "a backward that reads none of its inputs (zeros)": (lambda x: x.repeat(0, 2), _scalar),
 }
 
 
