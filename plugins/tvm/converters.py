@@ -699,7 +699,9 @@ def _embedding(cx: Context, node: fx.Node) -> relax.Expr:
 
 @converts(aten.index_select.default)
 def _index_select(cx: Context, node: fx.Node) -> relax.Expr:
-    axis = node.args[1] % max(rank(node.args[0]), 1)
+    if rank(node.args[0]) == 0:  # Relax's take has no axis 0 of a 0-d tensor; torch's is its value
+        return R.reshape(cx.value(node.args[0]), list(val(node).shape))
+    axis = node.args[1] % rank(node.args[0])
     return R.take(cx.value(node.args[0]), cx.value(node.args[2]), axis=axis, mode="clip")
 
 

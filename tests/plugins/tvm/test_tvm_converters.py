@@ -106,6 +106,10 @@ CASES = {
         linear_algebra,
         lambda: (torch.randn(4, 8), torch.randn(8, 5), torch.randn(2, 3, 4), torch.randn(5)),
     ),
+    "index_select-of-a-0-d-tensor": (
+        lambda x, i: x.index_select(0, i) * 2,
+        lambda: (torch.tensor(1.5), torch.tensor([0])),
+    ),
     "nn": (
         nn_ops,
         lambda: (
