@@ -197,7 +197,10 @@ def not_converted(node: fx.Node) -> str | None:
 
 def _over_a_dim_of_a_scalar(node: fx.Node) -> bool:
     """Whether ``node`` is given a dimension (``dim``, ``dims``) of a 0-d tensor, its first
-    argument (``sum(x, [0], keepdim=True)``, ``index_select``, ``flip``, ``max.dim``...)."""
+    argument (``sum(x, [0], keepdim=True)``, ``index_select``, ``flip``, ``max.dim``...); not
+    ``unsqueeze``, whose dim is one of its result's."""
+    if node.target is aten.unsqueeze.default:
+        return False
     schema = getattr(node.target, "_schema", None)
     first = node.args[0] if node.args else None
     if schema is None or not isinstance(first, fx.Node):

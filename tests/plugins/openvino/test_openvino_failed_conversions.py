@@ -54,3 +54,14 @@ def test_ops_openvino_does_not_convert_run_in_torch(fn, make, caplog, monkeypatc
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(grad, torch.autograd.grad(expected.sum(), eager[0])[0])
     assert "failed to compile" not in caplog.text
+
+
+def test_an_unsqueeze_of_a_0d_tensor_stays_in_openvino():
+    """Its dim is one of its result's: OpenVINO converts it (an embedding's backward has one)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchkiln_openvino import ops
+
+    gm = make_fx(lambda x: x.unsqueeze(0))(torch.tensor(1.5))
+    (node,) = [n for n in gm.graph.nodes if n.target is torch.ops.aten.unsqueeze.default]
+    assert ops.supports(node) is True
