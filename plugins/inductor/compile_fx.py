@@ -24,7 +24,7 @@ from torchkiln import logs
 from . import trace
 from .autotune.cpp_kernels import CppTuning, cpp_tuning
 from .autotune.tuner import LIGHT_TUNING, TuningSettings, cpp_gemm_not_templated
-from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
+from .codegen.cpp import GeneratedKernel, bind_kernel, generate_kernels, translation_unit
 from .codegen.triton import TritonModule, generate_triton
 from .codegen.triton_templates import add_templates
 from .codegen.wrapper import WrapperCodegen
@@ -81,11 +81,8 @@ class GraphArtifact:
         ns = {"torch": torch, **self.namespace}
         if self.triton:
             self.triton.load(ns, fresh)
-        for name, num_params in self.kernels:
-            fn = getattr(lib, name)
-            fn.argtypes = [ctypes.c_void_p] * num_params
-            fn.restype = None
-            ns[name] = fn
+        for name, num_params, checks_indices in self.kernels:
+            ns[name] = bind_kernel(lib, name, num_params, checks_indices)
         if self.cpp_tuning:
             self.cpp_tuning.install(ns)
         exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
@@ -209,7 +206,7 @@ def generate(
     artifact = GraphArtifact(
         cpp_source,
         options.opt_level,
-        tuple((k.name, len(k.params)) for k in kernels),
+        tuple((k.name, len(k.params), bool(k.index_sizes)) for k in kernels),
         wrapper_source,
         wrapper.namespace,
         dict(graph.fallbacks),

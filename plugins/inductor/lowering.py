@@ -1145,8 +1145,11 @@ def _unbind(g, meta, x, dim=0):
 # ---------------------------------------------------------------------------
 
 
-def _indirect(value: Any, size: int) -> Expr:
-    return ops.indirect_indexing(value, size)
+def _indirect(value: Any, size: int, negative_ok: bool = False) -> Expr:
+    """An index read from a tensor: in ``[0, size)``, or, ``negative_ok`` (advanced indexing,
+    ``x[i]``), in ``[-size, size)`` with negatives counted from the end, as eager takes them;
+    the kernel checks it (:meth:`~.codegen.cpp.CppOpsHandler.indirect_indexing`)."""
+    return ops.indirect_indexing(value, size, negative_ok)
 
 
 @register(aten.embedding.default)
@@ -1220,7 +1223,7 @@ def _advanced_index(x: TensorValue, indices: Sequence[Any]):
             others = idx[nb:]
         full: list[Expr] = [Expr()] * len(x.size)
         for d, load in loaders:
-            full[d] = _indirect(load(bidx), x.size[d])
+            full[d] = _indirect(load(bidx), x.size[d], negative_ok=True)
         for d, e in zip(rest, others):
             full[d] = e
         return full

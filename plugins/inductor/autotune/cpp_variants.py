@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from torchkiln import logs
 from torchkiln.exc import KilnError
 
-from ..codegen.cpp import GeneratedKernel, generate_kernel, translation_unit
+from ..codegen.cpp import GeneratedKernel, bind_kernel, generate_kernel, translation_unit
 from ..cpp_build import load_library
 from ..ir import GraphIR
 from ..kernel_plan import KernelPlan
@@ -71,7 +71,7 @@ class VariantLibrary:
         self._units = [
             unit for group in groups for unit in _units(list({k.name: k for k in group}.values()))
         ]
-        self._params = {k.name: len(k.params) for unit in self._units for k in unit}
+        self._kernels = {k.name: k for unit in self._units for k in unit}
         self._opt_level = opt_level
         self._lock = threading.Lock()
         self._libraries: dict[str, ctypes.CDLL] | None = None
@@ -85,10 +85,10 @@ class VariantLibrary:
                 self._libraries, self._failed = self._build()
         if name in self._failed:
             raise KilnError(f"{name} does not compile: {self._failed[name]}")
-        fn = getattr(self._libraries[name], name)
-        fn.argtypes = [ctypes.c_void_p] * self._params[name]
-        fn.restype = None
-        return fn
+        kernel = self._kernels[name]
+        return bind_kernel(
+            self._libraries[name], name, len(kernel.params), bool(kernel.index_sizes)
+        )
 
     def _build(self) -> tuple[dict[str, ctypes.CDLL], dict[str, str]]:
         start = time.monotonic()
@@ -101,7 +101,7 @@ class VariantLibrary:
             "autotune",
             "C++ variants built in %.1f s: %d in %d libraries, %d that do not compile",
             time.monotonic() - start,
-            len(self._params),
+            len(self._kernels),
             len(self._units),
             len(failed),
         )

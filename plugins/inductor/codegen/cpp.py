@@ -17,6 +17,7 @@ their inputs less the first one, so data far from zero keeps var's accuracy.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -50,6 +51,25 @@ COMPUTE_TYPES = {**STORAGE_TYPES, torch.float16: "float", torch.bfloat16: "float
 FLOAT_TYPES = (torch.float32, torch.float64)
 #: a half-precision value computed in float, rounded to what its dtype holds
 _ROUND = {torch.bfloat16: "kiln_round_bf16", torch.float16: "kiln_round_f16"}
+#: a kernel's local: the number of a bounds check of a run-time index that failed
+BAD_INDEX = "kiln_bad_index"
+
+
+def _checking(line: str) -> str:
+    """A line of a kernel that checks its run-time indices: each thread's :data:`BAD_INDEX`
+    is its own, the largest kept (``reduction(max:...)``), and ``omp simd`` loops become
+    ``GCC ivdep`` ones (the same promise of independent iterations): under ``omp simd`` the
+    check's rare store kept gcc from hoisting an index that is the same on every iteration
+    (an embedding's row), and the loop ran at half speed; under ``ivdep`` gcc hoists the
+    check out of the loop and vectorizes the rest as without it."""
+    code = line.lstrip()
+    indent = line[: len(line) - len(code)]
+    if code.startswith("#pragma omp parallel for"):
+        code = code.replace("parallel for simd", "parallel for", 1)
+        return f"{indent}{code} reduction(max:{BAD_INDEX})"
+    if code.startswith("#pragma omp simd"):
+        return f"{indent}#pragma GCC ivdep"
+    return line
 
 
 def ctype(dtype: torch.dtype) -> str:
@@ -240,12 +260,21 @@ class CppOpsHandler:
         return out
 
     def indirect_indexing(self, x: CppValue, size: int, wrap: bool = True) -> Expr:
+        """An index read at run time, negative ones counted from the end; one outside
+        ``[0, size)`` is reported (the kernel returns its check's number: the wrapper raises
+        IndexError, as eager does) and read as 0, so that no access leaves the buffer."""
         name = self.kernel.new_tmp("idx")
         text = f"static_cast<int64_t>({x})"
         if wrap:
             self.scope.lines.append(f"int64_t {name} = {text} < 0 ? {text} + {size}LL : {text};")
         else:
             self.scope.lines.append(f"int64_t {name} = {text};")
+        self.kernel.index_sizes.append(size)
+        check = len(self.kernel.index_sizes)
+        self.scope.lines.append(
+            f"if (__builtin_expect(static_cast<uint64_t>({name}) >= {size}ULL, 0)) "
+            f"{{ {BAD_INDEX} = {check}; {name} = 0; }}"
+        )
         return Expr.of(Indirect(name, size))
 
     def masked(self, mask: CppValue, body, other: Any) -> CppValue:
@@ -499,6 +528,8 @@ class CppKernel:
         self.parallel_threshold = parallel_threshold
         self.serial = serial  # no OpenMP loop, whatever the work
         self.seed_buffer = graph.seed_buffer.name if graph.seed_buffer is not None else ""
+        #: per bounds check of a run-time index (numbered from 1), the size it checks against
+        self.index_sizes: list[int] = []
         self._tmp = 0
         self.params: dict[str, tuple[str, bool]] = {}  # buffer -> (param name, written)
         self._forward: dict[tuple[str, Expr], CppValue] = {}
@@ -574,7 +605,11 @@ class CppKernel:
             dtype = self.graph.buffer(name).dtype
             const = "" if written else "const "
             params.append(f"{const}{STORAGE_TYPES[dtype]}* {pname}")
-        sig = f'extern "C" void KERNEL_NAME({", ".join(params)})'
+        if self.index_sizes:  # returns which check failed, 0 if none
+            sig = f'extern "C" int64_t KERNEL_NAME({", ".join(params)})'
+            loops = [f"int64_t {BAD_INDEX} = 0;", *map(_checking, loops), f"return {BAD_INDEX};"]
+        else:
+            sig = f'extern "C" void KERNEL_NAME({", ".join(params)})'
         text = "\n".join([sig + " {", *("    " + line for line in loops), "}"])
         return text, [(name, written) for name, (_, written) in ordered]
 
@@ -1063,6 +1098,31 @@ class GeneratedKernel:
     name: str
     source: str
     params: list[tuple[str, bool]]  # (buffer name, written)
+    #: the sizes its run-time indices are checked against: the kernel returns the number
+    #: (from 1) of a check that failed, 0 if none; no checks: it returns nothing
+    index_sizes: tuple[int, ...] = ()
+
+
+def bind_kernel(lib: ctypes.CDLL, name: str, num_params: int, checks_indices: bool):
+    """Kernel ``name`` of ``lib`` as a ctypes function of ``num_params`` pointers."""
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.c_void_p] * num_params
+    fn.restype = ctypes.c_int64 if checks_indices else None
+    return fn
+
+
+class IndexOutOfBounds(IndexError, RuntimeError):
+    """An index tensor's value outside its dimension: eager raises IndexError for some ops
+    (``x[i]``, ``embedding``, ``index_select``) and RuntimeError for others (``gather``,
+    ``scatter``); this is caught as either."""
+
+
+def raise_index_error(check: int, sizes: tuple[int, ...]) -> None:
+    """What a kernel's failed bounds check ``check`` (numbered from 1) means."""
+    raise IndexOutOfBounds(
+        "index out of bounds: an index tensor holds a value outside the dimension it "
+        f"indexes, of size {sizes[check - 1]}"
+    )
 
 
 def generate_kernel(
@@ -1079,7 +1139,9 @@ def generate_kernel(
     text, params = emitter.emit()
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     name = f"kiln_{digest}"
-    return GeneratedKernel(name, text.replace("KERNEL_NAME", name), params)
+    return GeneratedKernel(
+        name, text.replace("KERNEL_NAME", name), params, tuple(emitter.index_sizes)
+    )
 
 
 def generate_kernels(

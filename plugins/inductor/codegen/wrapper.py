@@ -27,7 +27,7 @@ from ..ir import (
 from ..kernel_plan import KernelPlan
 from ..scheduler import ExternStep, FusedKernel, Schedule
 from ..templates import TemplateStep
-from .cpp import GeneratedKernel
+from .cpp import GeneratedKernel, raise_index_error
 from .triton import KernelLaunch
 
 
@@ -66,6 +66,7 @@ class WrapperCodegen:
             "_as_strided": torch.as_strided,
             "_fix_layout": _fix_layout,
             "_restride": _restride,
+            "raise_index_error": raise_index_error,
         }
         self.lines: list[str] = []
         self._consts = 0
@@ -254,7 +255,11 @@ class WrapperCodegen:
             args = ", ".join(kernel.params)
         else:
             args = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
-        lines.append(f"{kernel.name}({args})")
+        if isinstance(kernel, GeneratedKernel) and kernel.index_sizes:
+            lines.append(f"if bad_index := {kernel.name}({args}):")
+            lines.append(f"    raise_index_error(bad_index, {kernel.index_sizes!r})")
+        else:
+            lines.append(f"{kernel.name}({args})")
         for node in step.nodes:
             if node.is_scatter:
                 lines.append(f"{node.name} = {node.buffer.data.target}  # written in place")

@@ -43,7 +43,7 @@ def check(
 
 def kernel_count(compiled: CompiledGraph) -> int:
     """Number of C++ kernel functions in the generated source."""
-    return compiled.artifact.cpp_source.count('extern "C" void kiln_')
+    return len(re.findall(r'extern "C" (?:void|int64_t) kiln_', compiled.artifact.cpp_source))
 
 
 def live_storages(wrapper_source: str) -> list[int]:
