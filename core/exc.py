@@ -78,3 +78,10 @@ class Unsupported(KilnError):
 
 class RecompileLimitExceeded(KilnError):
     """A code object hit ``config.cache_size_limit`` (only raised when asked to)."""
+
+
+class IndexOutOfBounds(IndexError, RuntimeError):
+    """An index tensor holds a value outside the dimension it indexes, as eager reports:
+    IndexError for some ops (``x[i]``, ``embedding``, ``index_select``), RuntimeError for
+    others (``gather``, ``scatter``); this is caught as either. Not a KilnError: the
+    user's input is at fault, not torchkiln."""

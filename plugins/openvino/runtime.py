@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_leaves
 
 import openvino as ov
 from torchkiln.exc import KilnError
+from torchkiln.index_checks import IndexCheck, check_indices, index_checks
 from torchkiln_openvino import rewrites
 
 #: torch dtypes and the OpenVINO element types they share memory layouts with.
@@ -183,6 +184,7 @@ class OpenVINOGraph:
         self._bind(
             compiled, values, channels_last, repeats, returned, saved_outputs(gm), nhwc_inputs
         )
+        self.index_checks = index_checks(gm)
         self.feeds = feeds
 
     @classmethod
@@ -203,6 +205,7 @@ class OpenVINOGraph:
             "returned": self.returned,
             "saved": self.saved,
             "nhwc_inputs": self.nhwc_inputs,
+            "index_checks": self.index_checks,
         }
 
     def _bind(
@@ -214,13 +217,15 @@ class OpenVINOGraph:
         returned: dict[int, int],
         saved: frozenset[int],
         nhwc_inputs: frozenset[int] = frozenset(),
+        index_checks: tuple[IndexCheck, ...] = (),
     ) -> None:
         """``values``, ``channels_last`` and ``saved`` are the model's outputs: their
         layouts, those given in NHWC order, those :func:`saved_outputs` (any strides will
         do); ``repeats`` and ``returned``, the FX graph's outputs the model does not give
         (:func:`torchkiln_openvino.rewrites.model_outputs`): by position, the earlier
         output each repeats, the input each is; ``nhwc_inputs``, the model's inputs it
-        takes in NHWC order."""
+        takes in NHWC order; ``index_checks``, the graph's index inputs to check before
+        OpenVINO runs (its Gather gives zeros where eager raises)."""
         self.compiled = compiled
         self.feeds = None
         self.values = [
@@ -231,6 +236,7 @@ class OpenVINOGraph:
         self.returned = returned
         self.saved = saved
         self.nhwc_inputs = nhwc_inputs
+        self.index_checks = index_checks
         #: (position, source, whether the source is an input), by position: filled in order,
         #: an earlier output is in place when a repeat of it is
         self.fills = sorted(
@@ -276,6 +282,8 @@ class OpenVINOGraph:
         return request
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        if self.index_checks:
+            check_indices(args, self.index_checks)
         request = self.request()
         bound, staged, buffers = self._local.bound, self._local.staged, self._local.buffers
         feeds = args if self.feeds is None else [args[k] for k in self.feeds]

@@ -19,6 +19,7 @@ import torch
 
 import tvm
 from torchkiln.aot import ArtifactCodec
+from torchkiln.index_checks import IndexCheck
 from torchkiln.plugin import scratch_dir, source_fingerprint
 from torchkiln_tvm.runtime import TVMGraph
 from torchkiln_tvm.targets import host
@@ -33,6 +34,7 @@ class TVMArtifact:
     #: the outputs' layouts, as meta tensors
     values: list[torch.Tensor]
     copies: frozenset[int]
+    index_checks: tuple[IndexCheck, ...] = ()
 
 
 def _library_path() -> Path:
@@ -45,7 +47,13 @@ def dump(compiled: object) -> TVMArtifact | None:
     path = _library_path()
     compiled.executable.export_library(str(path))
     try:
-        return TVMArtifact(path.read_bytes(), compiled.device, compiled.values, compiled.copies)
+        return TVMArtifact(
+            path.read_bytes(),
+            compiled.device,
+            compiled.values,
+            compiled.copies,
+            compiled.index_checks,
+        )
     finally:
         path.unlink()
 
@@ -54,7 +62,9 @@ def load(artifact: TVMArtifact) -> TVMGraph:
     path = _library_path()
     path.write_bytes(artifact.library)
     module = tvm.runtime.load_module(str(path))
-    return TVMGraph(module, artifact.device, artifact.values, artifact.copies)
+    return TVMGraph(
+        module, artifact.device, artifact.values, artifact.copies, artifact.index_checks
+    )
 
 
 def codec() -> ArtifactCodec:

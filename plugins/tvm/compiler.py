@@ -24,6 +24,7 @@ import tvm
 from torchkiln import logs
 from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import InvalidOptionError, KilnError
+from torchkiln.index_checks import index_checks
 from torchkiln_tvm import schedule, targets, tuning
 from torchkiln_tvm.converters import (
     CONSTANT_OPS,
@@ -113,7 +114,7 @@ def compile_aten_graph(
             executable = tvm.compile(mod, target=tvm_target, relax_pipeline=pipeline)
         else:
             executable = tvm.compile(mod, target=tvm_target)
-    return TVMGraph(executable, device, output_values(gm), copies)
+    return TVMGraph(executable, device, output_values(gm), copies, index_checks(gm))
 
 
 def graph_device(gm: fx.GraphModule) -> torch.device:

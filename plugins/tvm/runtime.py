@@ -16,6 +16,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 import tvm
 from torchkiln.exc import KilnError
+from torchkiln.index_checks import IndexCheck, check_indices
 from torchkiln_tvm import extern  # noqa: F401  (registers the torch kernels a VM may call)
 from tvm import relax
 
@@ -33,7 +34,10 @@ class TVMGraph:
         device: torch.device,
         values: Sequence[torch.Tensor],
         copies: Collection[int],
+        index_checks: tuple[IndexCheck, ...] = (),
     ):
+        """``index_checks``: the graph's index inputs to check before it runs (TVM's take
+        clamps where eager raises)."""
         #: what the plan cache stores (``torchkiln_tvm.cache``)
         self.executable = executable
         self.device = device
@@ -48,8 +52,11 @@ class TVMGraph:
             if not v.is_contiguous() and is_non_overlapping_and_dense_or_false(v)
         }
         self.main = relax.VirtualMachine(executable, tvm_device(device))["main"]
+        self.index_checks = index_checks
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        if self.index_checks:
+            check_indices(args, self.index_checks)
         inputs = [tvm.runtime.from_dlpack(self._on_device(k, a)) for k, a in enumerate(args)]
         outputs = [torch.from_dlpack(t) for t in self.main(*inputs)]
         for k in self.copies:

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from torchkiln.exc import IndexOutOfBounds
+
 from ..indexing import Expr, Indirect, Var, contiguous_strides, linear_index
 from ..ir import GraphIR, Reduction, Scatter
 from ..kernel_plan import KernelPlan, Segment, merge_loops, node_indices
@@ -1109,12 +1111,6 @@ def bind_kernel(lib: ctypes.CDLL, name: str, num_params: int, checks_indices: bo
     fn.argtypes = [ctypes.c_void_p] * num_params
     fn.restype = ctypes.c_int64 if checks_indices else None
     return fn
-
-
-class IndexOutOfBounds(IndexError, RuntimeError):
-    """An index tensor's value outside its dimension: eager raises IndexError for some ops
-    (``x[i]``, ``embedding``, ``index_select``) and RuntimeError for others (``gather``,
-    ``scatter``); this is caught as either."""
 
 
 def raise_index_error(check: int, sizes: tuple[int, ...]) -> None:
