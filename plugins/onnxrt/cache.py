@@ -17,6 +17,7 @@ import onnxruntime
 import torch
 
 from torchkiln.aot import ArtifactCodec
+from torchkiln.index_checks import IndexCheck
 from torchkiln.plugin import source_fingerprint
 from torchkiln_onnxrt.converted import ConvertedGraph, OutputSlot
 from torchkiln_onnxrt.runtime import OnnxRuntimeGraph
@@ -41,6 +42,7 @@ class OnnxArtifact:
     input_args: list[int]
     device: torch.device
     options: dict[str, Any]
+    index_checks: tuple[IndexCheck, ...] = ()
 
 
 def dump(compiled: object) -> OnnxArtifact | None:
@@ -56,6 +58,7 @@ def dump(compiled: object) -> OnnxArtifact | None:
         list(compiled.input_args),
         compiled.device,
         dict(compiled.options),
+        converted.index_checks,
     )
 
 
@@ -67,6 +70,7 @@ def load(artifact: OnnxArtifact) -> OnnxRuntimeGraph:
         artifact.output_metas,
         artifact.output_slots,
         artifact.input_args,
+        index_checks=artifact.index_checks,
     )
     return OnnxRuntimeGraph(converted, artifact.device, **artifact.options)
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchkiln.index_checks import IndexCheck
+
 if TYPE_CHECKING:
     import onnx
 
@@ -39,7 +41,10 @@ class ConvertedGraph:
     assemble the FX graph's outputs.
 
     ``input_args``: the graph argument each ONNX input binds (None: the i-th binds the
-    i-th); ``sources``: where a call gives the symbols of its sizes (None: no symbols).
+    i-th); ``sources``: where a call gives the symbols of its sizes (None: no symbols);
+    ``index_checks``: the graph's index inputs to check before a run (ONNX Gather takes
+    negative indices where ``embedding`` and ``gather`` refuse them, and an index out of
+    range fails as a RuntimeError where eager raises IndexError).
     """
 
     model_bytes: bytes
@@ -49,6 +54,7 @@ class ConvertedGraph:
     output_slots: list[OutputSlot]
     input_args: list[int] | None = None
     sources: SizeSources | None = None
+    index_checks: tuple[IndexCheck, ...] = ()
 
     @property
     def symbolic(self) -> bool:

@@ -35,6 +35,7 @@ from onnx import helper
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 from torchkiln.exc import NeedsStaticShapes, NotImplementedYet
+from torchkiln.index_checks import index_checks
 from torchkiln_onnxrt.converted import ConvertedGraph, OutputSlot
 from torchkiln_onnxrt.dtypes import numpy_dtype, onnx_dtype, to_numpy
 from torchkiln_onnxrt.sizes import SizeSources, fold, is_symbolic, size_expr
@@ -280,6 +281,7 @@ def convert_graph(
     converted = _finish(b, graph_inputs, input_names, output_node, env)
     converted.input_args = input_args
     converted.sources = b.sources
+    converted.index_checks = index_checks(gm)
     return converted
 
 

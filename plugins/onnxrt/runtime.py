@@ -17,6 +17,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError, NotImplementedYet
+from torchkiln.index_checks import check_indices
 from torchkiln_onnxrt.converted import ConvertedGraph
 from torchkiln_onnxrt.dtypes import onnx_dtype
 
@@ -111,6 +112,7 @@ class OnnxRuntimeGraph:
         self.output_slots = converted.output_slots
         self.output_metas = converted.output_metas
         self.output_names = converted.output_names
+        self.index_checks = converted.index_checks
         self.session = None
         if self.output_names:
             options = onnxruntime.SessionOptions()
@@ -142,6 +144,8 @@ class OnnxRuntimeGraph:
         ]
 
     def __call__(self, *args: torch.Tensor) -> list:
+        if self.index_checks:
+            check_indices(args, self.index_checks)
         results = self._run(args) if self.session is not None else []
         return [
             results[s.index]

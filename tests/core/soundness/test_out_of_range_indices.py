@@ -1,6 +1,7 @@
 """An index tensor's value outside its dimension raises, as in eager, on backends whose
 kernels read wherever an index points (``torchkiln.index_checks``): OpenVINO's Gather gave
-zeros, TVM's take clamped, and the compiled graph answered where eager raises."""
+zeros, TVM's take clamped, ONNX's Gather took ``embedding(-1)`` as the last row, and the
+compiled graph answered where eager raises."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ BACKENDS = [
             importlib.util.find_spec(package) is None, reason=f"{package} is not installed"
         ),
     )
-    for name, package in [("openvino", "openvino"), ("tvm", "tvm"), ("inductor", "torch")]
+    for name, package in [
+        ("openvino", "openvino"),
+        ("tvm", "tvm"),
+        ("onnxrt", "onnxruntime"),
+        ("inductor", "torch"),
+    ]
 ]
 
 
