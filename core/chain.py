@@ -289,16 +289,15 @@ class BackendChain:
             if not link.partial:
                 raise
             ops = _summary(compute_nodes(gm.graph))
-            log.warning(  # once per partition: it is compiled once
-                "backend %r failed to compile %s (%s: %s); running it with %r instead (ops: %s)",
-                link.name,
-                what,
-                type(e).__name__,
-                e,
-                self.links[k + 1].name,
-                ops,
+            warning = (
+                f"backend {link.name!r} failed to compile {what} ({type(e).__name__}: {e}); "
+                f"running it with {self.links[k + 1].name!r} instead (ops: {ops})"
             )
-            return self.compile_graph(gm, example_inputs, start=k + 1, title=what)
+            log.warning("%s", warning)  # once per partition: it is compiled once
+            compiled = self.compile_graph(gm, example_inputs, start=k + 1, title=what)
+            if self.store is not None:
+                self.store.failed_over(compiled, warning)
+            return compiled
         if self.store is not None:
             self.store.made_by(compiled, k, gm, example_inputs)
         return compiled

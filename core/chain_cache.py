@@ -24,6 +24,7 @@ thread count (the default of the runtimes' own thread counts).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from torchkiln import config, logs
 from torchkiln.aot.cache import ArtifactCodec, describe
 from torchkiln.chain import CompiledPartition, Link
 from torchkiln.disk_cache import Uncacheable
+
+log = logging.getLogger("torchkiln")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Converted:
     artifact: Any = None
     #: the partition plan logged when it was compiled, logged again at load
     plan: str = ""
+    #: why it was made so: the warning of a backend whose compile failed (warned at load)
+    warning: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class Recompiled:
     #: each input's layout (or its value, for a non-tensor)
     inputs: tuple
     plan: str = ""
+    warning: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ class AsIs:
 
     graph: fx.GraphModule
     plan: str = ""
+    warning: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class Split:
     structure: fx.GraphModule
     parts: tuple = ()
     plan: str = ""
+    warning: str = ""
 
 
 Recipe = Converted | Recompiled | AsIs | Split
@@ -155,6 +163,14 @@ class ChainStore:
             plans = "\n".join(filter(None, (str(plan), recipe.plan)))
             self._made[id(compiled)] = compiled, dataclasses.replace(recipe, plan=plans)
 
+    def failed_over(self, compiled: Callable, warning: str) -> None:
+        """Record that ``compiled`` runs a graph whose backend failed to compile it, with
+        the warning that said so: a process that loads it warns again."""
+        recipe = self._made[id(compiled)][1]
+        if not isinstance(recipe, str):
+            warnings = "\n".join(filter(None, (recipe.warning, warning)))
+            self._made[id(compiled)] = compiled, dataclasses.replace(recipe, warning=warnings)
+
     def _record(self, compiled: Callable, recipe: Recipe) -> None:
         if id(compiled) in self._made:  # one callable for two graphs: which one is it?
             why = f"a backend returned one callable ({compiled!r:.60}) for two graphs"
@@ -188,6 +204,8 @@ class ChainStore:
         """The compiled graph again, from its artifact."""
         if recipe.plan:
             logs.artifact("partitions", "(from the plan cache)\n%s", recipe.plan)
+        if recipe.warning:
+            log.warning("%s (a graph from the plan cache)", recipe.warning)
         if isinstance(recipe, Converted):
             return self.links[recipe.link].capabilities().codec.load(recipe.artifact)
         if isinstance(recipe, Recompiled):

@@ -107,13 +107,25 @@ def test_second_compile_loads_every_partition_without_converting(toy, check, bac
     assert torchkiln.counters["aot_cache"]["hits"] == 1
 
 
-def test_partition_that_failed_to_compile_is_stored_with_the_next_backend(toy):
+def test_partition_that_failed_to_compile_is_stored_with_the_next_backend(toy, caplog):
+    """...and a process that loads it warns as the one that compiled it did."""
     options = {"toy": {"refuse_mul": True}}
-    check_training(fresh_process_compile(["toy", "eager"], options))
-    converted = toy["converted"]
-    check_training(fresh_process_compile(["toy", "eager"], options))
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    with caplog.at_level(logging.WARNING, logger="torchkiln"):
+        check_training(fresh_process_compile(["toy", "eager"], options))
+        compiled_warnings = warnings()
+        caplog.clear()
+        converted = toy["converted"]
+        check_training(fresh_process_compile(["toy", "eager"], options))
     assert torchkiln.counters["aot_cache"]["hits"] == 1
     assert toy["converted"] == converted
+    assert compiled_warnings and all("failed to compile" in w for w in compiled_warnings)
+    assert sorted(warnings()) == sorted(
+        f"{w} (a graph from the plan cache)" for w in compiled_warnings
+    )
 
 
 def test_other_options_miss(toy):
