@@ -97,6 +97,10 @@ def compile_aten_graph(
     weights = freeze.weight_positions(gm) if freeze_weights else ()
     nhwc = frozenset() if weights else nhwc_inputs(example_inputs)
     model = convert(gm, example_inputs, nhwc)
+    taken = model_inputs(model, gm)
+    feeds = None if taken == tuple(range(len(example_inputs))) else taken
+    if weights and feeds is not None:
+        raise KilnError("freeze_weights: OpenVINO's model takes only some of the graph's inputs")
     if logs.enabled("output_code"):
         logs.artifact("output_code", "openvino model %s:\n%s", model.get_friendly_name(), model)
     config = {
@@ -114,7 +118,9 @@ def compile_aten_graph(
     slow = slow_reorders(compiled)
     if slow:
         compiled = compile_model(channels_last(model, slow))
-    return OpenVINOGraph(compiled, gm, slow, nhwc_inputs=nhwc)
+    return OpenVINOGraph(
+        compiled, gm, slow, feeds, frozenset(i for i, k in enumerate(taken) if k in nhwc)
+    )
 
 
 def runs_better_in_torch(gm: torch.fx.GraphModule) -> bool:
@@ -178,30 +184,41 @@ def convert(
     nhwc: frozenset[int] = frozenset(),
 ) -> ov.Model:
     """The OpenVINO model of ``gm``, its inputs typed and shaped like ``example_inputs``,
-    those at the positions ``nhwc`` (4-d) taken in NHWC order."""
+    those at the positions ``nhwc`` (4-d) taken in NHWC order. OpenVINO's frontend drops
+    some inputs the graph does not read (``x.data = y`` leaves x's old value unread):
+    :func:`model_inputs` says which of the graph's inputs the model takes."""
     gm = rewrites.for_openvino(gm)
     # The decoder must outlive convert(): the frontend calls back into it.
     decoder = TorchFXPythonDecoder(gm)
     frontend = FrontEndManager().load_by_framework("pytorch")
     model = frontend.convert(frontend.load(decoder))
-    parameters = model.get_parameters()
-    if len(parameters) != len(example_inputs):
-        raise KilnError(
-            f"OpenVINO's frontend made {len(parameters)} inputs of a graph with "
-            f"{len(example_inputs)}; report this graph:\n{gm.print_readable(False)}"
-        )
-    for parameter, example in zip(parameters, example_inputs):
-        parameter.set_element_type(element_type(example.dtype))
-        parameter.set_partial_shape(ov.PartialShape(list(example.shape)))
+    taken = model_inputs(model, gm)
+    for parameter, k in zip(model.get_parameters(), taken):
+        parameter.set_element_type(element_type(example_inputs[k].dtype))
+        parameter.set_partial_shape(ov.PartialShape(list(example_inputs[k].shape)))
     model.validate_nodes_and_infer_types()
-    if nhwc:
+    if nhwc & set(taken):
         steps = PrePostProcessor(model)
-        for i in sorted(nhwc):
-            steps.input(i).tensor().set_layout(ov.Layout("NHWC"))
-            steps.input(i).model().set_layout(ov.Layout("NCHW"))
+        for i, k in enumerate(taken):
+            if k in nhwc:
+                steps.input(i).tensor().set_layout(ov.Layout("NHWC"))
+                steps.input(i).model().set_layout(ov.Layout("NCHW"))
         model = steps.build()
     booleans_as_bytes(model)
     return model
+
+
+def model_inputs(model: ov.Model, gm: torch.fx.GraphModule) -> tuple[int, ...]:
+    """The positions among ``gm``'s inputs of ``model``'s, found by name."""
+    position = {p.name: k for k, p in enumerate(gm.graph.find_nodes(op="placeholder"))}
+    names = [p.get_friendly_name() for p in model.get_parameters()]
+    unknown = [name for name in names if name not in position]
+    if unknown:
+        raise KilnError(
+            f"OpenVINO's frontend made inputs {unknown} that the graph does not have; report "
+            f"this graph:\n{gm.print_readable(False)}"
+        )
+    return tuple(position[name] for name in names)
 
 
 def channels_last(model: ov.Model, outputs: frozenset[int]) -> ov.Model:

@@ -182,10 +182,16 @@ class OpenVINOGraph:
                 )
         repeats, returned = rewrites.repeated_outputs(gm), rewrites.returned_inputs(gm)
         self._bind(
-            compiled, values, channels_last, repeats, returned, saved_outputs(gm), nhwc_inputs
+            compiled,
+            values,
+            channels_last,
+            repeats,
+            returned,
+            saved_outputs(gm),
+            nhwc_inputs,
+            index_checks(gm),
+            feeds,
         )
-        self.index_checks = index_checks(gm)
-        self.feeds = feeds
 
     @classmethod
     def restored(cls, compiled: ov.CompiledModel, **layout) -> OpenVINOGraph:
@@ -206,6 +212,7 @@ class OpenVINOGraph:
             "saved": self.saved,
             "nhwc_inputs": self.nhwc_inputs,
             "index_checks": self.index_checks,
+            "feeds": self.feeds,
         }
 
     def _bind(
@@ -218,6 +225,7 @@ class OpenVINOGraph:
         saved: frozenset[int],
         nhwc_inputs: frozenset[int] = frozenset(),
         index_checks: tuple[IndexCheck, ...] = (),
+        feeds: tuple[int, ...] | None = None,
     ) -> None:
         """``values``, ``channels_last`` and ``saved`` are the model's outputs: their
         layouts, those given in NHWC order, those :func:`saved_outputs` (any strides will
@@ -225,9 +233,10 @@ class OpenVINOGraph:
         (:func:`torchkiln_openvino.rewrites.model_outputs`): by position, the earlier
         output each repeats, the input each is; ``nhwc_inputs``, the model's inputs it
         takes in NHWC order; ``index_checks``, the graph's index inputs to check before
-        OpenVINO runs (its Gather gives zeros where eager raises)."""
+        OpenVINO runs (its Gather gives zeros where eager raises); ``feeds``, the graph's
+        inputs the model takes (``None``: all)."""
         self.compiled = compiled
-        self.feeds = None
+        self.feeds = feeds
         self.values = [
             torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") for v in values
         ]

@@ -295,3 +295,23 @@ def test_graphs_without_convolutions_run_eltwise_kernels_not_snippets():
         return aten.gelu.default(aten.mul.Tensor(y, y))
 
     assert "Subgraph" in layer_types(conv_gelu, x, w)
+
+
+def test_a_graph_that_reads_some_of_its_inputs_takes_the_others():
+    """OpenVINO's frontend drops unread inputs (``x.data = y * 2; return x + 1`` reads y
+    only): the model takes the read ones, also when loaded from the plan cache."""
+
+    def reads_y(x, y):
+        return (aten.mul.Tensor(y, 2), aten.add.Tensor(y, 1))
+
+    def reads_x(x, y):
+        return (aten.mul.Tensor(x, 2),)
+
+    for fn in (reads_y, reads_x):
+        x, y = torch.randn(3), torch.randn(4)
+        graph = compile_aten_graph(make_fx(fn)(x, y), [x, y])
+        assert isinstance(graph, OpenVINOGraph)
+        restored = cache.load(pickle.loads(pickle.dumps(cache.dump(graph))))
+        for compiled in (graph, restored):
+            x, y = torch.randn(3), torch.randn(4)
+            torch.testing.assert_close(compiled(x, y), list(fn(x, y)), rtol=0, atol=0)
