@@ -41,7 +41,10 @@ def keep_whole(table: Mapping[Callable, Callable]) -> dict[Callable, Callable]:
 
 def core_aten_table() -> dict[Callable, Callable]:
     """torch's core-aten decomposition table as ``torch._decomp`` keeps it, minus
-    :data:`KEEP_WHOLE` (a new dict): what backends that convert aten graphs start from.
+    :data:`KEEP_WHOLE` and random ops (a new dict): what backends that convert aten graphs
+    start from. Random ops stay whole, as in :func:`default_decompositions`: decomposed,
+    ``bernoulli`` draws ``rand_like`` numbers, not eager's, and a seed no longer repeats
+    eager's dropout masks.
 
     Not ``torch._decomp.core_aten_decompositions()``: that is torch.export's table, which adds
     every CompositeImplicitAutograd op (the dispatcher decomposes them as the AOT layer
@@ -50,7 +53,12 @@ def core_aten_table() -> dict[Callable, Callable]:
     """
     from torch._decomp import _core_aten_decompositions_post_autograd
 
-    return keep_whole(_core_aten_decompositions_post_autograd())
+    table = keep_whole(_core_aten_decompositions_post_autograd())
+    return {op: fn for op, fn in table.items() if not _draws_random_numbers(op)}
+
+
+def _draws_random_numbers(op: Callable) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
 
 
 def default_decompositions(keep: Iterable[torch._ops.OpOverload] = ()) -> dict[Callable, Callable]:
@@ -70,6 +78,6 @@ def default_decompositions(keep: Iterable[torch._ops.OpOverload] = ()) -> dict[C
         for op, fn in decomposition_table.items()
         if isinstance(op, torch._ops.OpOverload)
         and torch.Tag.core not in op.tags
-        and torch.Tag.nondeterministic_seeded not in op.tags
+        and not _draws_random_numbers(op)
         and op not in kept
     }

@@ -1,4 +1,8 @@
-"""Converters of convolution, pooling and random ops, with their backward ops.
+"""Converters of convolution and pooling ops, with their backward ops.
+
+Random ops have no converter: torch draws their numbers (the core partitions them
+to the next backend), so that ``torch.manual_seed`` gives eager's numbers; ONNX's
+random ops draw from onnxruntime's own generator, which no torch seed reaches.
 
 Normalizations (batch, layer, group norm) never reach here: the backend's
 decomposition table turns them into pointwise ops and reductions.
@@ -12,8 +16,7 @@ import torch
 
 from torchkiln.exc import NotImplementedYet
 from torchkiln_onnxrt.converter import GraphBuilder, Value, converts, out_dtype, out_shape
-from torchkiln_onnxrt.dtypes import onnx_dtype
-from torchkiln_onnxrt.sizes import concrete, is_symbolic
+from torchkiln_onnxrt.sizes import concrete
 
 aten = torch.ops.aten
 
@@ -307,34 +310,6 @@ def upsample_nearest_backward(
     axes = [len(lead) + 2 * i + 1 for i in range(spatial)]
     summed = b.op("ReduceSum", [data, b.ints(axes)], keepdims=0)
     return b.reshape(summed, list(input_size))
-
-
-def _random(b: GraphBuilder, op: str, shape, dtype: torch.dtype) -> str:
-    """Samples of ``shape``; a symbolic one takes the ``*Like`` op, shaped by a tensor."""
-    if not any(map(is_symbolic, shape)):
-        return b.op(op, [], shape=list(shape), dtype=onnx_dtype(dtype))
-    shaped = b.op("Expand", [b.const(0, dtype), b.ints(shape)])
-    return b.op(f"{op}Like", [shaped], dtype=onnx_dtype(dtype))
-
-
-@converts(aten.rand_like.default, aten.rand.default)
-def rand(b: GraphBuilder, node, *_, **__) -> str:
-    """Uniform samples from onnxruntime's generator (not torch's: seeds do not carry over)."""
-    return _random(b, "RandomUniform", out_shape(node), out_dtype(node))
-
-
-@converts(aten.randn_like.default, aten.randn.default)
-def randn(b: GraphBuilder, node, *_, **__) -> str:
-    """Normal samples from onnxruntime's generator (not torch's: seeds do not carry over)."""
-    return _random(b, "RandomNormal", out_shape(node), out_dtype(node))
-
-
-@converts(aten.bernoulli.p)
-def bernoulli(b: GraphBuilder, node, x: Value, p: float = 0.5, **_) -> str:
-    """Ones with probability ``p``, from onnxruntime's generator (seeds do not carry over)."""
-    uniform = _random(b, "RandomUniform", out_shape(node), torch.float32)
-    hits = b.op("Less", [uniform, b.const(p, torch.float32)])
-    return b.op("Cast", [hits], to=onnx_dtype(out_dtype(node)))
 
 
 @converts(aten.native_group_norm.default)

@@ -51,7 +51,6 @@ EXTRA_DECOMPOSITIONS = (
     aten._batch_norm_with_update_functional,
     aten._batch_norm_no_update,
     aten.native_layer_norm,
-    aten.native_dropout,
     aten.upsample_bilinear2d,
     aten.upsample_nearest2d,
     aten.linalg_vector_norm,
