@@ -20,5 +20,21 @@ class KilnCounter(collections.Counter):
     __delitem__ = dict.__delitem__
 
 
+class Counters(collections.defaultdict):
+    """``counters[group]``: a :class:`KilnCounter` per group, made on first use.
+
+    ``clear()`` empties every group but keeps it: the capture's hot path holds its group
+    (``counters["cache"]``) and went on counting into a dropped one after a
+    ``torchkiln.counters.clear()``, torch's habit for its own counters.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(KilnCounter)
+
+    def clear(self) -> None:
+        for group in self.values():
+            group.clear()
+
+
 #: ``counters[group][name]``, in the shape of torch's.
-counters: collections.defaultdict[str, collections.Counter] = collections.defaultdict(KilnCounter)
+counters: Counters = Counters()
