@@ -56,7 +56,8 @@ class GraphCompiler:
 
     ``static_shapes``: the backend takes no symbolic sizes (``Backend.dynamic_shapes``);
     a graph with symbolic inputs is compiled once per concrete size (``static_shapes``), as
-    is one whose backend raised ``NeedsStaticShapes``.
+    is one whose backend raised ``NeedsStaticShapes``. ``data_dependent_sizes``: it takes
+    sizes only the data gives (``Backend.data_dependent_sizes``); else graphs break there.
     """
 
     name: str
@@ -65,6 +66,7 @@ class GraphCompiler:
     runtime_wrappers: tuple[str, ...] = ()
     applied: AppliedWrappers | None = field(default=None, compare=False, repr=False)
     static_shapes: bool = False
+    data_dependent_sizes: bool = True
 
     def __post_init__(self) -> None:
         if self.runtime_wrappers and self.applied is None:
@@ -267,6 +269,7 @@ def resolve_backend(
             chosen,
             tuple(dict.fromkeys(wrappers)),
             static_shapes=not record.dynamic_shapes,
+            data_dependent_sizes=record.data_dependent_sizes,
         )
     compile_fn = backend.compile if callable(getattr(backend, "compile", None)) else backend
     if not callable(compile_fn):
@@ -317,13 +320,14 @@ def _resolve_chain(
         )
         links.append(Link(record, chosen))
         wrappers += more
-    static = not all(r.dynamic_shapes for r in records)
+    shapes = {
+        "static_shapes": not all(r.dynamic_shapes for r in records),
+        "data_dependent_sizes": all(r.data_dependent_sizes for r in records),
+    }
     if len(links) == 1 and record.capabilities is None:
-        return GraphCompiler(record.name, record.compile_fn, chosen, wrappers, static_shapes=static)
+        return GraphCompiler(record.name, record.compile_fn, chosen, wrappers, **shapes)
     chain = BackendChain(links)
-    return GraphCompiler(
-        chain.name, chain, {}, tuple(dict.fromkeys(wrappers)), static_shapes=static
-    )
+    return GraphCompiler(chain.name, chain, {}, tuple(dict.fromkeys(wrappers)), **shapes)
 
 
 def _mode_wrappers(mode: str, backend: str, declared: Mapping[str, Any]) -> tuple[str, ...]:

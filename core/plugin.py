@@ -206,6 +206,10 @@ class Backend:
     (``compile(dynamic=...)``). ``False``: the core hands it one graph specialized to each
     concrete size instead (``torchkiln.static_shapes``).
 
+    ``data_dependent_sizes``: whether it takes graphs with sizes only the data gives (``nonzero``,
+    ``x[mask]``: unbacked SymInts, ``config.capture_dynamic_output_shape_ops``); ``None``: as
+    ``dynamic_shapes``. ``False``: the graph breaks at such ops for it.
+
     ``dtypes`` names the floating-point dtypes besides float32 that the backend runs
     (e.g. ``("bfloat16", "float16")``): the conformance kit (``torchkiln.testing``)
     checks them too.
@@ -222,8 +226,11 @@ class Backend:
     capabilities: Capabilities | Callable[[], Capabilities] | None = None
     dtypes: tuple[str, ...] = ()
     dynamic_shapes: bool = True
+    data_dependent_sizes: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.data_dependent_sizes is None:
+            object.__setattr__(self, "data_dependent_sizes", self.dynamic_shapes)
         if (self.compile_fn is None) == (self.capabilities is None):
             given = "both" if self.compile_fn is not None else "neither"
             raise TypeError(

@@ -16,6 +16,7 @@ fixed seed gives eager's masks; backward reads the saved result.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,10 @@ from torchkiln.aot.analysis import GraphMeta, SharedOutputs
 from torchkiln.aot.fake import is_symbolic
 from torchkiln.aot.sizes import resolve
 from torchkiln.capture.dispatch import compile_lock
+from torchkiln.exc import NeedsStaticShapes
+from torchkiln.static_shapes import PerSizeCompiled
+
+log = logging.getLogger("torchkiln")
 
 Compiler = Callable[[fx.GraphModule, list], Callable]
 
@@ -95,7 +100,13 @@ class TrainingPlan:
             _with_strides_of(fake, real)
             for fake, real in zip(example_inputs_of(self.backward_graph), args)
         ]
-        self.compiled_backward = self.backward_compiler(self.backward_graph, examples)
+        try:
+            self.compiled_backward = self.backward_compiler(self.backward_graph, examples)
+        except NeedsStaticShapes as e:  # compiled lazily: no caller above knows to catch it
+            log.info("the backward compiles once per concrete size: %s", e)
+            self.compiled_backward = PerSizeCompiled(
+                self.backward_graph, self.backward_compiler, None
+            )
         if self.on_backward_compiled is not None:
             self.on_backward_compiled(self)
 

@@ -135,6 +135,12 @@ def data_dependent_break(compile_graph: Callable) -> str | None:
             f"backend {compile_graph.name!r} takes static shapes only (Backend.dynamic_shapes=False), so "
             "config.capture_dynamic_output_shape_ops does not apply to it"
         )
+    if not getattr(compile_graph, "data_dependent_sizes", True):
+        return (
+            f"backend {compile_graph.name!r} takes no data-dependent sizes "
+            "(Backend.data_dependent_sizes=False), so config.capture_dynamic_output_shape_ops "
+            "does not apply to it"
+        )
     return None
 
 

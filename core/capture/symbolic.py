@@ -29,6 +29,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
+from torchkiln.capture import dynamic
 from torchkiln.exc import Unsupported
 
 
@@ -54,9 +55,13 @@ def unbacked_mode() -> FakeTensorMode:
 def symbolic_fake(
     mode: FakeTensorMode, value: torch.Tensor, source: str, dims: dict[int, tuple[int, Any]]
 ) -> torch.Tensor:
-    """The fake tensor of ``value`` with dimensions ``dims`` (``{dim: (min, max)}``) symbolic."""
+    """The fake tensor of ``value`` with dimensions ``dims`` (``{dim: (min, max)}``) symbolic.
+    Ops with data-dependent output sizes still raise in that mode where the capture breaks the
+    graph at them (``dynamic.Policy.data_dependent_break``): the ShapeEnv would give them
+    unbacked sizes, which the backend was said not to take."""
     if mode.shape_env is None:
-        mode.shape_env = ShapeEnv()
+        keeps = dynamic.current().data_dependent_break is None
+        mode.shape_env = ShapeEnv(allow_dynamic_output_shape_ops=keeps)
     context = StatelessSymbolicContext(
         dynamic_sizes=[
             DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(value.dim())
