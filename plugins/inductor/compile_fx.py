@@ -36,6 +36,7 @@ from .kernel_plan import KernelPlan, plan_kernel
 from .options import InductorOptions
 from .passes import run_passes
 from .scheduler import FusedKernel, Schedule, Scheduler
+from .sizes import SizeFacts, SymbolicUnsupported, size_facts
 from .templates import plan_templates
 
 
@@ -51,7 +52,8 @@ class GraphArtifact:
 
     cpp_source: str
     opt_level: str
-    kernels: tuple[tuple[str, int], ...]  # (name, number of pointer parameters)
+    #: (name, number of pointer parameters, whether it checks indices, number of sizes)
+    kernels: tuple[tuple[str, int, bool, int], ...]
     wrapper_source: str
     namespace: dict[str, Any]
     fallbacks: dict[str, str]
@@ -81,8 +83,8 @@ class GraphArtifact:
         ns = {"torch": torch, **self.namespace}
         if self.triton:
             self.triton.load(ns, fresh)
-        for name, num_params, checks_indices in self.kernels:
-            ns[name] = bind_kernel(lib, name, num_params, checks_indices)
+        for name, num_params, checks_indices, num_sizes in self.kernels:
+            ns[name] = bind_kernel(lib, name, num_params, checks_indices, num_sizes)
         if self.cpp_tuning:
             self.cpp_tuning.install(ns)
         exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
@@ -151,6 +153,25 @@ def _ensure_meta(gm: GraphModule, example_inputs: list[Any]) -> None:
 def generate(
     gm: GraphModule, example_inputs: list[Any], options: InductorOptions
 ) -> GeneratedGraph:
+    """Lower, schedule and generate ``gm``; with symbolic sizes in ``example_inputs`` (fake
+    tensors of the AOT layer's symbolic graphs), code that serves every size in range."""
+    facts = SizeFacts.of(example_inputs)
+    if not facts.ranges:
+        return _generate(gm, example_inputs, options)
+    if options.max_autotune:
+        raise SymbolicUnsupported("max_autotune measures kernels at concrete sizes")
+    if device_caps(_device(gm, example_inputs), options.cpu_backend).name == "triton":
+        raise SymbolicUnsupported("the Triton kernels take static sizes yet")
+    with size_facts(facts):
+        try:
+            return _generate(gm, example_inputs, options)
+        except TypeError as e:  # int-only code met a symbolic size: compile per size instead
+            raise SymbolicUnsupported(f"a step of the inductor needs concrete sizes ({e})") from e
+
+
+def _generate(
+    gm: GraphModule, example_inputs: list[Any], options: InductorOptions
+) -> GeneratedGraph:
     timings = {}
     t0 = time.perf_counter()
     single = not isinstance(_output_node(gm).args[0], (list, tuple))
@@ -206,7 +227,7 @@ def generate(
     artifact = GraphArtifact(
         cpp_source,
         options.opt_level,
-        tuple((k.name, len(k.params), bool(k.index_sizes)) for k in kernels),
+        tuple((k.name, len(k.params), bool(k.index_sizes), len(k.size_params)) for k in kernels),
         wrapper_source,
         wrapper.namespace,
         dict(graph.fallbacks),

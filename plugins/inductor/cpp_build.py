@@ -33,6 +33,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from torchkiln import counters
 from torchkiln.exc import BackendCompilerFailed, KilnError
 from torchkiln.plugin import Damaged, cache_dir, discard, read_entry, write_entry
 
@@ -108,6 +109,7 @@ def load_library(source: str, opt_level: str = "O3") -> ctypes.CDLL:
             with tempfile.TemporaryDirectory(prefix="torchkiln-cpp-") as folder:
                 path = Path(folder) / f"{key}.so"
                 _build(source, path, opt_level)
+                counters["inductor"]["cpp_builds"] += 1
                 try:
                     lib = ctypes.CDLL(str(path))
                 except OSError as e:

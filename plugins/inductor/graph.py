@@ -42,6 +42,7 @@ from .ir import (
 )
 from .loop_body import Value, record, store
 from .lowering import LOWERINGS, RANDOM_OPS, Unlowerable
+from .sizes import as_size, hint, is_static, sizes_of
 
 #: 2-D convolutions run on channels-last tensors where the device prefers it
 #: (:attr:`.device.DeviceCaps.channels_last_conv`)
@@ -212,19 +213,29 @@ class GraphLowering(Interpreter):
         such as a bias do not count: they are small, and alive anyway)."""
         index = make_vars("x", value.size)
         body = record(lambda: store("out", Expr.of(0), value.body(index)))
-        numel = math.prod(value.size)
+        numel = hint(as_size(math.prod(value.size)))
         names = {name for name, _ in body.loads()}
-        return sum(math.prod(self.ir.buffer(name).layout.size) >= numel for name in names)
+        return sum(
+            hint(as_size(math.prod(self.ir.buffer(name).layout.size))) >= numel for name in names
+        )
 
     def placeholder(self, target, args, kwargs) -> Any:
         example = self.example_inputs[self._position]
         position = self._position
         self._position += 1
+        if isinstance(example, torch.SymInt):
+            size = as_size(example)
+            if size.is_Symbol:
+                self.ir.size_sources.setdefault(size, f"arg{position}")
+            return size
         if not isinstance(example, torch.Tensor):
             return example
         device_caps(example.device)  # refuses devices without a code generator
         buf = InputBuffer(f"arg{position}", Layout.of_tensor(example), position)
         self.ir.inputs.append(buf)
+        for dim, size in enumerate(buf.layout.size):
+            if not is_static(size) and size.is_Symbol:
+                self.ir.size_sources.setdefault(size, f"arg{position}.size({dim})")
         return StorageView.of(buf)
 
     def get_attr(self, target, args, kwargs) -> Any:
@@ -240,6 +251,8 @@ class GraphLowering(Interpreter):
         if target is operator.getitem and isinstance(args[0], (list, tuple)):
             return args[0][args[1]]
         meta = self.current_node.meta.get("val") if self.current_node is not None else None
+        if isinstance(meta, torch.SymInt):  # a size the ShapeEnv computed: ``sym_size``, ``s0*s1``
+            return as_size(meta)
         if self.channels_last and self.current_node is not None and _is_conv2d(self.current_node):
             if target is CONVOLUTION_BACKWARD:
                 return self._conv_backward(args, kwargs, meta)
@@ -260,7 +273,9 @@ class GraphLowering(Interpreter):
         for value, node in zip(args, nodes):
             meta = node.meta.get("val") if isinstance(node, Node) else None
             if isinstance(value, TensorValue) and isinstance(meta, torch.Tensor):
-                layout = Layout(tuple(meta.shape), tuple(meta.stride()), value.dtype, value.device)
+                layout = Layout(
+                    sizes_of(meta.shape), sizes_of(meta.stride()), value.dtype, value.device
+                )
                 value = self.realize(value, layout)
             out.append(value)
         return tuple(out)
@@ -273,14 +288,16 @@ class GraphLowering(Interpreter):
             values, metas = [values], [metas]
         for index, (value, meta_node) in enumerate(zip(values, metas)):
             meta = meta_node.meta.get("val") if isinstance(meta_node, Node) else None
-            if self.num_user_outputs is not None and index >= self.num_user_outputs:
+            if not isinstance(value, TensorValue):
+                pass  # a number: a size saved for backward, a scalar result
+            elif self.num_user_outputs is not None and index >= self.num_user_outputs:
                 # saved for backward: kept in our layout (a weight in its converted one)
                 value = self._channels_last_inputs.get(meta_node) or self.realize(value)
             elif isinstance(value, PointwiseValue):
                 layout = None
-                if isinstance(meta, torch.Tensor) and tuple(meta.shape) == value.size:
+                if isinstance(meta, torch.Tensor) and sizes_of(meta.shape) == value.size:
                     layout = Layout(
-                        tuple(meta.shape), tuple(meta.stride()), value.dtype, value.device
+                        sizes_of(meta.shape), sizes_of(meta.stride()), value.dtype, value.device
                     )
                 value = self.realize(value, layout)
             elif self.channels_last and isinstance(value, StorageView):
@@ -307,7 +324,7 @@ class GraphLowering(Interpreter):
             )
             if save:
                 self._channels_last_inputs[weight_node] = weight
-        layout = channels_last_layout(tuple(meta.shape), meta.dtype, meta.device)
+        layout = channels_last_layout(sizes_of(meta.shape), meta.dtype, meta.device)
         return self.fallback(CONVOLUTION, (x, weight, *rest), kwargs, meta, "extern kernel", layout)
 
     def _conv_backward(self, args, kwargs, meta: list) -> list:
@@ -347,7 +364,7 @@ class GraphLowering(Interpreter):
         """A 4-D output made channels-last here, copied back to the strides eager gives it."""
         if not isinstance(meta, torch.Tensor) or len(value.size) != 4:
             return value
-        layout = Layout(tuple(meta.shape), tuple(meta.stride()), value.dtype, value.device)
+        layout = Layout(sizes_of(meta.shape), sizes_of(meta.stride()), value.dtype, value.device)
         if value.layout() == layout or value.layout() != self._default_layout(value):
             return value
         return self.realize(value, layout)

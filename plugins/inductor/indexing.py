@@ -1,13 +1,14 @@
 """Integer index expressions of the loop IR: affine forms over loop variables.
 
-Shapes are static, so an index is ``sum(coeff * atom) + const`` with integer
-coefficients. Atoms are loop variables (``Var``, with their range), values
-loaded at run time (``Indirect``, for gather/index), and ``FloorDiv``/``Mod``
-of a sub-expression by a positive constant (what reshapes of computed values
-need). Construction simplifies with the ranges of the variables, so views
-compose into the plain strided index whenever one exists:
-``1024 * ((1024*i + j) // 1024) + (1024*i + j) % 1024`` is ``1024*i + j``.
-Every ``FloorDiv``/``Mod`` operand is non-negative, so C's ``/`` and ``%``
+An index is ``sum(coeff * atom) + const``. Atoms are loop variables (``Var``, with their
+range), values loaded at run time (``Indirect``, for gather/index), and ``FloorDiv``/``Mod``
+of a sub-expression by a positive divisor (what reshapes of computed values need).
+Coefficients, constants, ranges and divisors are sizes (:mod:`.sizes`): ints, or
+polynomials in the graph's size symbols where sizes are symbolic. Construction simplifies
+with the ranges of the variables, so views compose into the plain strided index whenever
+one exists: ``1024 * ((1024*i + j) // 1024) + (1024*i + j) % 1024`` is ``1024*i + j``, and
+``(s1*i + j) // s1`` is ``i`` for ``j < s1``. A simplification that can't be proved for every
+size is not made. Every ``FloorDiv``/``Mod`` operand is non-negative, so C's ``/`` and ``%``
 print them correctly.
 """
 
@@ -17,15 +18,31 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import sympy
+
+from .sizes import (
+    Size,
+    SymbolicUnsupported,
+    all_static,
+    as_size,
+    divides,
+    exact_quotient,
+    floor_quotient,
+    is_static,
+    known_less,
+    known_nonnegative,
+    size_text,
+)
+
 
 @dataclass(frozen=True)
 class Var:
     """A loop variable ranging over ``[0, size)``."""
 
     name: str
-    size: int
+    size: Size
 
-    def bounds(self) -> tuple[int, int]:
+    def bounds(self) -> tuple[Size, Size]:
         return 0, self.size - 1
 
 
@@ -34,32 +51,36 @@ class Indirect:
     """An index read from a tensor at run time, already wrapped into ``[0, size)``."""
 
     name: str
-    size: int
+    size: Size
 
-    def bounds(self) -> tuple[int, int]:
-        return 0, max(self.size - 1, 0)
+    def bounds(self) -> tuple[Size, Size]:
+        return 0, max(self.size - 1, 0) if is_static(self.size) else self.size - 1
 
 
 @dataclass(frozen=True)
 class FloorDiv:
     arg: Expr
-    divisor: int
+    divisor: Size
 
-    def bounds(self) -> tuple[int, int]:
+    def bounds(self) -> tuple[Size, Size]:
         lo, hi = self.arg.bounds()
-        return lo // self.divisor, hi // self.divisor
+        return floor_quotient(lo, self.divisor), floor_quotient(hi, self.divisor)
 
 
 @dataclass(frozen=True)
 class Mod:
     arg: Expr
-    divisor: int
+    divisor: Size
 
-    def bounds(self) -> tuple[int, int]:
+    def bounds(self) -> tuple[Size, Size]:
         lo, hi = self.arg.bounds()
-        if lo >= 0 and hi < self.divisor:
+        if known_nonnegative(lo) and known_less(hi, self.divisor):
             return lo, hi
         return 0, self.divisor - 1
+
+
+def _product(a: Size, b: Size) -> Size:
+    return a * b if all_static((a, b)) else as_size(a * b)
 
 
 Atom = Var | Indirect | FloorDiv | Mod
@@ -74,20 +95,21 @@ class Expr:
 
     __slots__ = ("_hash", "const", "terms")
 
-    def __init__(self, terms: Mapping[Atom, int] | None = None, const: int = 0):
-        items = {a: c for a, c in (terms or {}).items() if c != 0}
-        self.terms: tuple[tuple[Atom, int], ...] = tuple(
+    def __init__(self, terms: Mapping[Atom, Size] | None = None, const: Size = 0):
+        items = {a: c if type(c) is int else as_size(c) for a, c in (terms or {}).items()}
+        items = {a: c for a, c in items.items() if c != 0}
+        self.terms: tuple[tuple[Atom, Size], ...] = tuple(
             sorted(items.items(), key=lambda item: _atom_key(item[0]))
         )
-        self.const = int(const)
+        self.const = const if type(const) is int else as_size(const)
         self._hash = hash((self.terms, self.const))
 
     # -- construction -------------------------------------------------------
     @staticmethod
-    def of(value: int | Atom | Expr) -> Expr:
+    def of(value: Size | Atom | Expr) -> Expr:
         if isinstance(value, Expr):
             return value
-        if isinstance(value, int):
+        if isinstance(value, (int, sympy.Expr)):
             return Expr(None, value)
         return Expr({value: 1})
 
@@ -109,37 +131,37 @@ class Expr:
     def __rsub__(self, other: int | Expr) -> Expr:
         return Expr.of(other) - self
 
-    def __mul__(self, k: int) -> Expr:
-        if not isinstance(k, int):
-            raise TypeError(f"index expressions scale by integers only, got {k!r}")
-        return Expr({a: c * k for a, c in self.terms}, self.const * k)
+    def __mul__(self, k: Size) -> Expr:
+        if not isinstance(k, (int, sympy.Expr)):
+            raise TypeError(f"index expressions scale by sizes only, got {k!r}")
+        return Expr({a: _product(c, k) for a, c in self.terms}, _product(self.const, k))
 
     __rmul__ = __mul__
 
-    def floordiv(self, d: int) -> Expr:
+    def floordiv(self, d: Size) -> Expr:
         q, r = self._split(d)
         if r is None:
             return q
         lo, hi = r.bounds()
-        if lo >= 0 and hi < d:
+        if known_nonnegative(lo) and known_less(hi, d):
             return q
         if isinstance(r.single_atom(), FloorDiv):
             inner = r.single_atom()
-            return q + Expr.of(FloorDiv(inner.arg, inner.divisor * d))
+            return q + Expr.of(FloorDiv(inner.arg, _product(inner.divisor, d)))
         factored = r._factor_small(d)
         if factored is not None:  # r == g*big + small, 0 <= small < g, g | d
             g, big, _ = factored
             return q + big.floordiv(d // g)
         return q + Expr.of(FloorDiv(r, d))
 
-    def mod(self, d: int) -> Expr:
+    def mod(self, d: Size) -> Expr:
         if d == 1:
             return Expr()
         _, r = self._split(d)
         if r is None:
             return Expr()
         lo, hi = r.bounds()
-        if lo >= 0 and hi < d:
+        if known_nonnegative(lo) and known_less(hi, d):
             return r
         factored = r._factor_small(d)
         if factored is not None:
@@ -147,11 +169,14 @@ class Expr:
             return big.mod(d // g) * g + small
         return Expr.of(Mod(r, d))
 
-    def _factor_small(self, d: int) -> tuple[int, Expr, Expr] | None:
+    def _factor_small(self, d: Size) -> tuple[int, Expr, Expr] | None:
         """``(g, big, small)`` with ``self == g*big + small``, ``g`` a divisor of ``d`` above 1
         and ``0 <= small < g``: then ``self // d == big // (d/g)`` and
         ``self % d == g*(big % (d/g)) + small``. Merged loops make such indices,
-        ``(128*o0 + o1) // 8192`` with ``o1 < 128``, which this turns into ``o0 // 64``."""
+        ``(128*o0 + o1) // 8192`` with ``o1 < 128``, which this turns into ``o0 // 64``.
+        Static sizes only."""
+        if not all_static((d, self.const, *(c for _, c in self.terms))):
+            return None
         for g in sorted({math.gcd(c, d) for _, c in self.terms} - {1, d}, reverse=True):
             big = Expr({a: c // g for a, c in self.terms if c % g == 0}, self.const // g)
             small = Expr({a: c for a, c in self.terms if c % g}, self.const % g)
@@ -160,32 +185,40 @@ class Expr:
                 return g, big, small
         return None
 
-    def _split(self, d: int) -> tuple[Expr, Expr | None]:
+    def _split(self, d: Size) -> tuple[Expr, Expr | None]:
         """``self == d*q + r`` with ``q`` exact; ``r`` holds what ``d`` does not divide."""
-        if d <= 0:
+        if not known_nonnegative(d - 1):
             raise ValueError(f"index divisor must be positive, got {d}")
         q_terms, r_terms = {}, {}
         for atom, coeff in self.terms:
-            if coeff % d == 0:
-                q_terms[atom] = coeff // d
+            if divides(d, coeff):
+                q_terms[atom] = exact_quotient(coeff, d)
             else:
                 r_terms[atom] = coeff
-        q = Expr(q_terms, self.const // d)
-        rest = Expr(r_terms, self.const % d)
+        if all_static((self.const, d)):
+            q_const, r_const = divmod(self.const, d)
+        elif divides(d, self.const):
+            q_const, r_const = exact_quotient(self.const, d), 0
+        else:
+            q_const, r_const = 0, self.const
+        q = Expr(q_terms, q_const)
+        rest = Expr(r_terms, r_const)
         if not rest.terms and rest.const == 0:
             return q, None
         return q, rest
 
     # -- queries --------------------------------------------------------------
-    def bounds(self) -> tuple[int, int]:
+    def bounds(self) -> tuple[Size, Size]:
         lo = hi = self.const
         for atom, coeff in self.terms:
             alo, ahi = atom.bounds()
-            if coeff >= 0:
-                lo, hi = lo + coeff * alo, hi + coeff * ahi
+            if known_nonnegative(coeff):
+                lo, hi = lo + _product(coeff, alo), hi + _product(coeff, ahi)
+            elif known_nonnegative(-coeff):
+                lo, hi = lo + _product(coeff, ahi), hi + _product(coeff, alo)
             else:
-                lo, hi = lo + coeff * ahi, hi + coeff * alo
-        return lo, hi
+                raise SymbolicUnsupported(f"the sign of the index coefficient {coeff} varies")
+        return as_size(lo), as_size(hi)
 
     def single_atom(self) -> Atom | None:
         if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
@@ -201,7 +234,7 @@ class Expr:
                 found |= atom.arg.free_vars()
         return found
 
-    def coefficient(self, var: Var) -> int:
+    def coefficient(self, var: Var) -> Size:
         return dict(self.terms).get(var, 0)
 
     def subs(self, mapping: Mapping[Atom, Expr]) -> Expr:
@@ -225,17 +258,21 @@ class Expr:
         """C-style text (64-bit constants, ``/`` of non-negative operands), or Python/Triton
         text with ``python``; ``name_of`` names variables and indirect indices."""
         div, suffix = ("//", "") if python else ("/", "L")
+
+        def size(value: Size, suffix: str = suffix) -> str:
+            return f"{value}{suffix}" if is_static(value) else f"({size_text(value, python)})"
+
         parts = []
         for atom, coeff in self.terms:
             if isinstance(atom, FloorDiv):
-                text = f"(({atom.arg.render(name_of, python)}) {div} {atom.divisor})"
+                text = f"(({atom.arg.render(name_of, python)}) {div} {size(atom.divisor, '')})"
             elif isinstance(atom, Mod):
-                text = f"(({atom.arg.render(name_of, python)}) % {atom.divisor})"
+                text = f"(({atom.arg.render(name_of, python)}) % {size(atom.divisor, '')})"
             else:
                 text = name_of(atom)
-            parts.append(text if coeff == 1 else f"{coeff}{suffix}*{text}")
-        if self.const or not parts:
-            parts.append(f"{self.const}{suffix}")
+            parts.append(text if coeff == 1 else f"{size(coeff)}*{text}")
+        if self.const != 0 or not parts:
+            parts.append(size(self.const))
         return " + ".join(parts).replace("+ -", "- ")
 
     def __str__(self) -> str:
@@ -252,7 +289,7 @@ class Expr:
         return self._hash
 
 
-def _recombine(terms: dict[Atom, int], const: int) -> Expr:
+def _recombine(terms: dict[Atom, Size], const: Size) -> Expr:
     """Fold ``c*d*(x // d) + c*(x % d)`` back into ``c*x``. ``x // d`` is looked up as
     ``floordiv`` writes it, so nested quotients fold too: ``x // 784`` is ``(x // 28) // 28``,
     and ``100352*(x // 784) + 3584*((x // 28) % 28) + 128*(x % 28)`` (a flat index split over
@@ -264,38 +301,41 @@ def _recombine(terms: dict[Atom, int], const: int) -> Expr:
             if not isinstance(atom, Mod) or coeff == 0:
                 continue
             partner = atom.arg.floordiv(atom.divisor).single_atom()
-            if partner is not None and terms.get(partner, 0) == coeff * atom.divisor:
+            if partner is not None and terms.get(partner, 0) == _product(coeff, atom.divisor):
                 del terms[atom], terms[partner]
                 for a, c in atom.arg.terms:
-                    terms[a] = terms.get(a, 0) + c * coeff
-                const += atom.arg.const * coeff
+                    terms[a] = as_size(terms.get(a, 0) + _product(c, coeff))
+                const = as_size(const + _product(atom.arg.const, coeff))
                 changed = True
                 break
     return Expr(terms, const)
 
 
-def make_vars(prefix: str, sizes: Iterable[int]) -> list[Expr]:
+def make_vars(prefix: str, sizes: Iterable[Size]) -> list[Expr]:
     """One loop variable per size; size-1 dimensions get the constant 0."""
     return [Expr.of(Var(f"{prefix}{i}", s)) if s != 1 else Expr() for i, s in enumerate(sizes)]
 
 
-def contiguous_strides(sizes: Iterable[int]) -> tuple[int, ...]:
+def contiguous_strides(sizes: Iterable[Size]) -> tuple[Size, ...]:
     strides, acc = [], 1
     for s in reversed(tuple(sizes)):
         strides.append(acc)
-        acc *= max(s, 1)
+        acc = _product(acc, max(s, 1) if is_static(s) else s)  # symbolic sizes are >= 2
     return tuple(reversed(strides))
 
 
-def linear_index(index: Iterable[Expr], strides: Iterable[int], offset: int = 0) -> Expr:
+def linear_index(index: Iterable[Expr], strides: Iterable[Size], offset: Size = 0) -> Expr:
     out = Expr.of(offset)
     for idx, st in zip(index, strides):
         out = out + idx * st
     return out
 
 
-def unflatten(flat: Expr, sizes: Iterable[int]) -> list[Expr]:
+def unflatten(flat: Expr, sizes: Iterable[Size]) -> list[Expr]:
     """Split a row-major flat index into one index per dimension of ``sizes``."""
     sizes = tuple(sizes)
     strides = contiguous_strides(sizes)
-    return [flat.floordiv(st).mod(sz) if sz > 1 else Expr() for st, sz in zip(strides, sizes)]
+    return [
+        flat.floordiv(st).mod(sz) if not is_static(sz) or sz > 1 else Expr()
+        for st, sz in zip(strides, sizes)
+    ]

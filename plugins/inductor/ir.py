@@ -29,6 +29,7 @@ import torch
 
 from .indexing import Expr, contiguous_strides, linear_index, make_vars
 from .loop_body import LoopBody, Value, ops, record, reduction, store
+from .sizes import Size, as_size, hint
 
 Index = list[Expr]
 #: what lowerings pass around: a function of an index that calls ``ops.*``
@@ -37,33 +38,40 @@ Body = Callable[[Index], Value]
 
 @dataclass(frozen=True)
 class Layout:
-    """Where the elements of a tensor live in its buffer's storage."""
+    """Where the elements of a tensor live in its buffer's storage (sizes, strides and
+    offset are ints, or sympy expressions where they are symbolic: :mod:`.sizes`)."""
 
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
+    size: tuple[Size, ...]
+    stride: tuple[Size, ...]
     dtype: torch.dtype
     device: torch.device
-    offset: int = 0
+    offset: Size = 0
 
     @staticmethod
-    def contiguous(size: Sequence[int], dtype: torch.dtype, device: torch.device) -> Layout:
-        size = tuple(int(s) for s in size)
+    def contiguous(size: Sequence[Size], dtype: torch.dtype, device: torch.device) -> Layout:
+        size = tuple(as_size(s) for s in size)
         return Layout(size, contiguous_strides(size), dtype, device)
 
     @staticmethod
     def of_tensor(t: torch.Tensor) -> Layout:
-        return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, 0)
+        return Layout(
+            tuple(as_size(s) for s in t.shape),
+            tuple(as_size(s) for s in t.stride()),
+            t.dtype,
+            t.device,
+            0,
+        )
 
     def index(self, index: Index) -> Expr:
         return linear_index(index, self.stride, self.offset)
 
-    def storage_numel(self) -> int:
+    def storage_numel(self) -> Size:
         if any(s == 0 for s in self.size):
             return 0
-        return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+        return as_size(self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride)))
 
-    def nbytes(self) -> int:
-        return self.storage_numel() * self.dtype.itemsize
+    def nbytes(self) -> Size:
+        return as_size(self.storage_numel() * self.dtype.itemsize)
 
 
 class Buffer:
@@ -102,7 +110,7 @@ class ConstantBuffer(Buffer):
 class Pointwise:
     """``out[index] = value(index)`` over ``ranges`` (index variables ``x*``)."""
 
-    ranges: tuple[int, ...]
+    ranges: tuple[Size, ...]
     body: LoopBody
     dtype: torch.dtype
 
@@ -116,8 +124,8 @@ class Reduction:
     yield the flat position within ``reduction_ranges``.
     """
 
-    ranges: tuple[int, ...]
-    reduction_ranges: tuple[int, ...]
+    ranges: tuple[Size, ...]
+    reduction_ranges: tuple[Size, ...]
     body: LoopBody
     reduction_type: str
     dtype: torch.dtype
@@ -134,7 +142,7 @@ class Scatter:
     Scatters run serially, in index order, so duplicates resolve as in eager.
     """
 
-    ranges: tuple[int, ...]
+    ranges: tuple[Size, ...]
     body: LoopBody
     target: str
     mode: str | None
@@ -225,7 +233,7 @@ class ComputedBuffer(Buffer):
         dims = list(range(len(self.layout.size)))
         if self.is_reduction:
             return dims
-        return sorted(dims, key=lambda d: -self.layout.stride[d])
+        return sorted(dims, key=lambda d: -hint(self.layout.stride[d]))
 
 
 @dataclass
@@ -295,11 +303,11 @@ class TensorValue:
 class StorageView(TensorValue):
     """A strided window on a buffer's storage."""
 
-    def __init__(self, buffer: Buffer, size, stride, offset: int = 0):
+    def __init__(self, buffer: Buffer, size, stride, offset: Size = 0):
         self.buffer = buffer
-        self.size = tuple(int(s) for s in size)
-        self.stride = tuple(int(s) for s in stride)
-        self.offset = int(offset)
+        self.size = tuple(as_size(s) for s in size)
+        self.stride = tuple(as_size(s) for s in stride)
+        self.offset = as_size(offset)
         self.dtype = buffer.layout.dtype
         self.device = buffer.layout.device
 
@@ -330,7 +338,7 @@ class PointwiseValue(TensorValue):
     """A not-yet-stored elementwise body; ``cost`` estimates its ops per element."""
 
     def __init__(self, size, dtype: torch.dtype, device: torch.device, body: Body, cost: int = 1):
-        self.size = tuple(int(s) for s in size)
+        self.size = tuple(as_size(s) for s in size)
         self.dtype = dtype
         self.device = device
         self.body = body
@@ -354,6 +362,8 @@ class GraphIR:
     seed_buffer: InputBuffer | None = None
     num_seeds: int = 0
     fallbacks: dict[str, str] = field(default_factory=dict)  # op name -> reason
+    #: where the wrapper reads each size symbol: ``arg0.size(1)``, ``arg2`` (a SymInt input)
+    size_sources: dict[Any, str] = field(default_factory=dict)
 
     def buffer(self, name: str) -> Buffer:
         for buf in (*self.inputs, *self.constants, *self.buffers):

@@ -33,6 +33,7 @@ from .device import DeviceCaps
 from .indexing import Expr, FloorDiv, Mod, Var, unflatten
 from .loop_body import LoopBody
 from .scheduler import INNER, OUTER, FusedKernel, SchedulerNode, kernel_vars
+from .sizes import all_static, as_size
 
 
 @dataclass
@@ -106,7 +107,7 @@ def plan_kernel(kernel: FusedKernel, internal: set[str], caps: DeviceCaps) -> Ke
         if all(where[r.name] == where[node.name] for r in readers):
             continue
         inner = kernel.inner_of(node)
-        nbytes = math.prod(inner) * 8
+        nbytes = math.prod(inner) * 8 if all_static(inner) else 0  # a symbolic one won't do
         fits = 0 < nbytes <= caps.max_local_bytes
         if all(kernel.inner_of(r) == inner for r in readers) and fits:
             local[node.name] = inner
@@ -145,14 +146,14 @@ def merge_loops(
         if not any(_has_divmod(e, names) for e in indices(_expanded_vars(trial, prefix))):
             groups = trial
         i -= 1
-    return tuple(math.prod(g) for g in groups), _expanded_vars(groups, prefix)
+    return tuple(as_size(math.prod(g)) for g in groups), _expanded_vars(groups, prefix)
 
 
 def _expanded_vars(groups: list[list[int]], prefix: str) -> list[Expr]:
     """Loop variable ``<prefix><k>`` per group, split back into one index per original loop."""
     out: list[Expr] = []
     for k, group in enumerate(groups):
-        merged = Expr.of(Var(f"{prefix}{k}", math.prod(group)))
+        merged = Expr.of(Var(f"{prefix}{k}", as_size(math.prod(group))))
         out += unflatten(merged, group) if len(group) > 1 else [merged]
     return out
 

@@ -17,12 +17,24 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .indexing import Expr, contiguous_strides, linear_index, unflatten
 from .ir import Index, PointwiseValue, StorageView, TensorValue
 from .loop_body import compute_dtype, ops
+from .sizes import (
+    Size,
+    SymbolicUnsupported,
+    all_static,
+    as_size,
+    floor_quotient,
+    hint,
+    is_static,
+    known_nonnegative,
+    sizes_of,
+)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -86,8 +98,8 @@ def register(*targets: Any, random: bool = False):
 # ---------------------------------------------------------------------------
 
 
-def _size(meta: torch.Tensor) -> tuple[int, ...]:
-    return tuple(int(s) for s in meta.shape)
+def _size(meta: torch.Tensor) -> tuple[Size, ...]:
+    return sizes_of(meta.shape)
 
 
 def cost_of(*values: Any) -> int:
@@ -134,8 +146,13 @@ def pointwise(
 
 
 def promoted(*args: Any) -> torch.dtype:
+    """The dtype torch computes ``args`` in (tensors count by dtype and by being 0-d or not)."""
     fakes = [
-        torch.empty(a.size, dtype=a.dtype, device="meta") if isinstance(a, TensorValue) else a
+        torch.empty([1] * len(a.size), dtype=a.dtype, device="meta")
+        if isinstance(a, TensorValue)
+        else 0
+        if isinstance(a, sympy.Expr)  # a symbolic size: an int
+        else a
         for a in args
         if a is not None
     ]
@@ -495,7 +512,7 @@ def _ones(g, meta, *args, **kwargs):
 
 @register(aten.arange.start_step, aten.arange.start, aten.arange.default)
 def _arange(g, meta, *args, **kwargs):
-    nums = [a for a in args if isinstance(a, (int, float))]
+    nums = [a for a in args if isinstance(a, (int, float, sympy.Expr))]
     start, step = 0, 1
     if len(nums) == 1:
         pass
@@ -623,7 +640,9 @@ def make_reduction(
     convert = rtype not in ("argmax", "argmin")  # those compare the values as they are
     ranges, rranges, body = _reduction_body(x, dims, keepdim, acc if convert else None, loader)
     chunks = (
-        _split_chunks(g.caps, math.prod(ranges), math.prod(rranges)) if rtype in _SPLITTABLE else 1
+        _split_chunks(g.caps, hint(_numel(ranges)), hint(_numel(rranges)))
+        if rtype in _SPLITTABLE
+        else 1
     )
     if chunks > 1:
         return _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc, chunks)
@@ -668,6 +687,10 @@ _SPLITTABLE = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf"), "
 SPLIT_FEW_OUTPUTS, SPLIT_LONG, SPLIT_ROWS = 8192, 4096, 128
 
 
+def _numel(sizes) -> Size:
+    return as_size(math.prod(sizes))
+
+
 def _split_chunks(caps, outputs: int, reduced: int) -> int:
     """Into how many parallel parts a reduction of ``reduced`` elements into each of
     ``outputs`` values splits (1: it does not). A reduction of everything always splits when
@@ -687,11 +710,16 @@ def _split_chunks(caps, outputs: int, reduced: int) -> int:
 
 def _split_reduction(g, x, ranges, rranges, body, rtype, dtype, acc, chunks) -> StorageView:
     """``chunks`` partial reductions over consecutive parts of the reduced elements (a buffer
-    of ``(chunks, *ranges)``), then the reduction of those."""
-    total = math.prod(rranges)
-    chunk = -(-total // chunks)
-    chunks = -(-total // chunk)  # no empty chunk
-    masked = chunks * chunk != total
+    of ``(chunks, *ranges)``), then the reduction of those. A symbolic count of elements
+    splits into ``chunks`` of a symbolic length, the last ones masked (empty ones, at small
+    sizes, give the reduction's initial value)."""
+    total = _numel(rranges)
+    if is_static(total):
+        chunk = -(-total // chunks)
+        chunks = -(-total // chunk)  # no empty chunk
+        masked = chunks * chunk != total
+    else:
+        chunk, masked = floor_quotient(total + chunks - 1, chunks), True
     init = _SPLITTABLE[rtype]
     if rtype in ("max", "min") and not acc.is_floating_point:
         init = torch.iinfo(acc).min if rtype == "max" else torch.iinfo(acc).max
@@ -956,8 +984,10 @@ def _channel_loader(v: TensorValue | None, work: torch.dtype):
 # ---------------------------------------------------------------------------
 
 
-def view_strides(old_size, old_stride, new_size) -> list[int] | None:
-    """Strides of ``view(new_size)`` on a strided tensor, or None if it needs a copy (as torch)."""
+def view_strides(old_size, old_stride, new_size) -> list[Size] | None:
+    """Strides of ``view(new_size)`` on a strided tensor, or None if it needs a copy (as torch).
+    Symbolic sizes group as static ones do: a product of sizes only grows as it takes in more
+    dimensions, so "not yet equal" stands for "less" (sizes, normalized, compare exactly)."""
     if math.prod(old_size) == 0 or not old_size:
         return list(contiguous_strides(new_size))
     new_stride = [0] * len(new_size)
@@ -965,13 +995,14 @@ def view_strides(old_size, old_stride, new_size) -> list[int] | None:
     chunk_base = old_stride[-1]
     tensor_numel = view_numel = 1
     for tensor_d in range(len(old_size) - 1, -1, -1):
-        tensor_numel *= old_size[tensor_d]
+        tensor_numel = as_size(tensor_numel * old_size[tensor_d])
         if tensor_d == 0 or (
-            old_size[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base
+            old_size[tensor_d - 1] != 1
+            and old_stride[tensor_d - 1] != as_size(tensor_numel * chunk_base)
         ):
-            while view_d >= 0 and (view_numel < tensor_numel or new_size[view_d] == 1):
-                new_stride[view_d] = view_numel * chunk_base
-                view_numel *= new_size[view_d]
+            while view_d >= 0 and (_below(view_numel, tensor_numel) or new_size[view_d] == 1):
+                new_stride[view_d] = as_size(view_numel * chunk_base)
+                view_numel = as_size(view_numel * new_size[view_d])
                 view_d -= 1
             if view_numel != tensor_numel:
                 return None
@@ -983,13 +1014,17 @@ def view_strides(old_size, old_stride, new_size) -> list[int] | None:
     return new_stride
 
 
+def _below(a: Size, b: Size) -> bool:
+    return a < b if all_static((a, b)) else a != b
+
+
 def remap(x: TensorValue, size, fn: Callable[[Index], Index]) -> PointwiseValue:
     loader = x.loader()
     return PointwiseValue(size, x.dtype, x.device, lambda index: loader(fn(index)), cost_of(x))
 
 
-def reshape(x: TensorValue, new_size: Sequence[int]) -> TensorValue:
-    new_size = tuple(int(s) for s in new_size)
+def reshape(x: TensorValue, new_size: Sequence[Size]) -> TensorValue:
+    new_size = sizes_of(new_size)
     if new_size == x.size:
         return x
     if isinstance(x, StorageView):
@@ -1038,8 +1073,8 @@ def _transpose(g, meta, x, d0, d1):
     return _permute(g, meta, x, dims)
 
 
-def expand(x: TensorValue, size: Sequence[int]) -> TensorValue:
-    size = tuple(int(s) for s in size)
+def expand(x: TensorValue, size: Sequence[Size]) -> TensorValue:
+    size = sizes_of(size)
     if size == x.size:
         return x
     shift = len(size) - len(x.size)
@@ -1074,9 +1109,13 @@ def _slice(g, meta, x, dim=0, start=None, end=None, step=1):
     nd = len(x.size)
     dim %= nd
     n = x.size[dim]
-    start = 0 if start is None else start
-    start = start + n if start < 0 else start
-    start = min(max(start, 0), n)
+    start = 0 if start is None else as_size(start)
+    if all_static((start, n)):
+        start = min(max(start + n if start < 0 else start, 0), n)
+    else:
+        start = as_size(start + n) if is_static(start) and start < 0 else start
+        if not (known_nonnegative(start) and known_nonnegative(n - start)):
+            raise SymbolicUnsupported(f"a slice from {start} of a dimension of size {n}")
     out_size = _size(meta)
     if isinstance(x, StorageView):
         stride = list(x.stride)
@@ -1197,12 +1236,19 @@ def _index_select(g, meta, x, dim, index):
     return PointwiseValue(_size(meta), x.dtype, x.device, body, 2 + cost_of(x, index))
 
 
+def _broadcast_sizes(shapes: list[tuple[Size, ...]]) -> list[Size]:
+    """The shape ``shapes`` broadcast to (tracing checked that they do)."""
+    ndim = max(len(shape) for shape in shapes)
+    padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
+    return [next((s for s in sizes if s != 1), 1) for sizes in zip(*padded)]
+
+
 def _advanced_index(x: TensorValue, indices: Sequence[Any]):
     """(iteration sizes, index -> x index) of ``x[indices]`` with integer index tensors."""
     present = [(d, t) for d, t in enumerate(indices) if t is not None]
     if not present or any(t.dtype in (torch.bool, torch.uint8) for _, t in present):
         raise Unlowerable("boolean mask indexing (data-dependent shape)")
-    bshape = list(torch.broadcast_shapes(*[t.size for _, t in present]))
+    bshape = _broadcast_sizes([t.size for _, t in present])
     dims = [d for d, _ in present]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     nb = len(bshape)

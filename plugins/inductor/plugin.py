@@ -25,6 +25,9 @@ def torchkiln_backends() -> list[Backend]:
             description="loop-level IR, fusion, C++/OpenMP kernels on CPU, Triton kernels on GPU",
             options=OPTIONS,
             modes=MODE_OPTIONS,
-            dynamic_shapes=False,  # kernels for concrete sizes: one per size of a symbolic graph
+            # symbolic graphs get C++ kernels that take sizes as arguments; what the inductor
+            # can't compile symbolically raises NeedsStaticShapes: the core compiles it per size
+            dynamic_shapes=True,
+            data_dependent_sizes=False,  # no unbacked sizes yet: graphs break at nonzero
         )
     ]

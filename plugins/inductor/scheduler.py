@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from .indexing import Expr, Var, make_vars
 from .ir import ComputedBuffer, ExternKernel, GraphIR, Reduction, Scatter
 from .loop_body import LoopBody
+from .sizes import as_size, divides, exact_quotient, hint
 
 #: elements of the largest loop that independent kernels fuse over where the device has no
 #: independent fusion (one program of a GPU kernel covers it: fusing costs no parallelism)
@@ -105,11 +106,11 @@ class SchedulerNode:
                 if size == outer[k]:  # the whole loop (an empty one too)
                     sub.append(size)
                     size, k = 1, k + 1
-                elif 0 in (size, outer[k]) or size % outer[k]:
+                elif 0 in (size, outer[k]) or not divides(outer[k], size):
                     return None
                 else:
                     sub.append(outer[k])
-                    size, k = size // outer[k], k + 1
+                    size, k = exact_quotient(size, outer[k]), k + 1
             if size != 1:
                 sub.append(size)
             pieces.append(tuple(sub))
@@ -405,7 +406,7 @@ class Scheduler:
     def _tiny_pointwise(self, k: FusedKernel) -> bool:
         return (
             not self.independent_fusion
-            and math.prod(k.outer) <= TINY_LOOP
+            and hint(as_size(math.prod(k.outer))) <= TINY_LOOP
             and not any(n.is_reduction or n.is_scatter for n in k.nodes)
         )
 
@@ -423,7 +424,7 @@ class Scheduler:
         for name in shared:
             buf = self._buffer_or_none(name)
             if buf is not None and buf.layout is not None:
-                total += max(buf.layout.nbytes(), 1)
+                total += max(hint(buf.layout.nbytes()), 1)
         return total
 
     def _try_fuse(self, a: FusedKernel, b: FusedKernel) -> FusedKernel | None:

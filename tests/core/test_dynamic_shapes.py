@@ -179,8 +179,25 @@ def test_transformer_training_step_with_variable_sequence_length(backend):
     assert frames() == 2
 
 
-def test_static_shape_backend_gets_one_specialized_graph_per_size():
-    compiled = torchkiln.compile(heads, backend="inductor")
+@pytest.fixture
+def static_backend():
+    """A backend that takes static shapes only (``Backend(dynamic_shapes=False)``)."""
+    from torchkiln.plugin import Backend
+
+    def compile_static(gm, example_inputs):
+        assert not any(
+            isinstance(s, torch.SymInt) for x in example_inputs for s in getattr(x, "shape", ())
+        )
+        return gm.forward
+
+    torchkiln.register_backend(
+        Backend("static_only", compile_static, dynamic_shapes=False), override=True
+    )
+    return "static_only"
+
+
+def test_static_shape_backend_gets_one_specialized_graph_per_size(static_backend):
+    compiled = torchkiln.compile(heads, backend=static_backend)
     w = torch.randn(16, 16)
     for t in (3, 5, 8, 5):
         x = torch.randn(2, t, 16)

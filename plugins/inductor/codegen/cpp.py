@@ -20,10 +20,12 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sympy
 import torch
 
 from torchkiln.exc import IndexOutOfBounds
@@ -33,6 +35,7 @@ from ..ir import GraphIR, Reduction, Scatter
 from ..kernel_plan import KernelPlan, Segment, merge_loops, node_indices
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode, kernel_vars
+from ..sizes import Size, all_static, as_size, floor_quotient, hint, is_static, size_text
 from .cpp_blocked import Blocked, BlockPlan, plan_blocks, stepping_loop
 
 PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
@@ -106,6 +109,8 @@ class _Scope:
 
 def cpp_literal(value: Any, dtype: torch.dtype) -> str:
     dtype = compute_dtype(dtype)
+    if isinstance(value, sympy.Expr):  # a symbolic size: computed from the kernel's arguments
+        return f"static_cast<{COMPUTE_TYPES[dtype]}>({size_text(value)})"
     if dtype == torch.bool:
         return "true" if value else "false"
     if dtype.is_floating_point:
@@ -261,20 +266,22 @@ class CppOpsHandler:
             out = self._emit(f"{_ROUND[dtype]}({out})", target)
         return out
 
-    def indirect_indexing(self, x: CppValue, size: int, wrap: bool = True) -> Expr:
+    def indirect_indexing(self, x: CppValue, size: Size, wrap: bool = True) -> Expr:
         """An index read at run time, negative ones counted from the end; one outside
         ``[0, size)`` is reported (the kernel returns its check's number: the wrapper raises
         IndexError, as eager does) and read as 0, so that no access leaves the buffer."""
         name = self.kernel.new_tmp("idx")
         text = f"static_cast<int64_t>({x})"
+        signed = f"{size}LL" if is_static(size) else size_text(size)
+        unsigned = f"{size}ULL" if is_static(size) else f"static_cast<uint64_t>({signed})"
         if wrap:
-            self.scope.lines.append(f"int64_t {name} = {text} < 0 ? {text} + {size}LL : {text};")
+            self.scope.lines.append(f"int64_t {name} = {text} < 0 ? {text} + {signed} : {text};")
         else:
             self.scope.lines.append(f"int64_t {name} = {text};")
         self.kernel.index_sizes.append(size)
         check = len(self.kernel.index_sizes)
         self.scope.lines.append(
-            f"if (__builtin_expect(static_cast<uint64_t>({name}) >= {size}ULL, 0)) "
+            f"if (__builtin_expect(static_cast<uint64_t>({name}) >= {unsigned}, 0)) "
             f"{{ {BAD_INDEX} = {check}; {name} = 0; }}"
         )
         return Expr.of(Indirect(name, size))
@@ -531,7 +538,9 @@ class CppKernel:
         self.serial = serial  # no OpenMP loop, whatever the work
         self.seed_buffer = graph.seed_buffer.name if graph.seed_buffer is not None else ""
         #: per bounds check of a run-time index (numbered from 1), the size it checks against
-        self.index_sizes: list[int] = []
+        self.index_sizes: list[Size] = []
+        #: the size symbols the kernel takes as ``int64_t`` arguments, after ``emit``
+        self.size_params: list = []
         self._tmp = 0
         self.params: dict[str, tuple[str, bool]] = {}  # buffer -> (param name, written)
         self._forward: dict[tuple[str, Expr], CppValue] = {}
@@ -607,6 +616,11 @@ class CppKernel:
             dtype = self.graph.buffer(name).dtype
             const = "" if written else "const "
             params.append(f"{const}{STORAGE_TYPES[dtype]}* {pname}")
+        text = "\n".join(loops)
+        self.size_params = [
+            s for s in sorted(self.graph.size_sources, key=str) if _mentions(text, s)
+        ]
+        params += [f"int64_t {s}" for s in self.size_params]
         if self.index_sizes:  # returns which check failed, 0 if none
             sig = f'extern "C" int64_t KERNEL_NAME({", ".join(params)})'
             loops = [f"int64_t {BAD_INDEX} = 0;", *map(_checking, loops), f"return {BAD_INDEX};"]
@@ -651,13 +665,13 @@ class CppKernel:
         n = len(outer) - 1
         body, updates, results, inner = self._segment_body(first, outer_vars)
         shifts = self._welford_shifts(first, outer_vars, inner, results)
-        blocks = self._plan_blocks(updates, lanes, inner[-1], math.prod(inner[:-1]), "nb")
+        blocks = self._plan_blocks(updates, lanes, inner[-1], _product(inner[:-1]), "nb")
         lines = blocks.declare() if blocks else []
         for acc, _, _ in updates:
             lines += self._acc_init(acc, lanes)
         lines += self._shift_init(*shifts, lanes, f"int64_t o{n} = ob + l;")
         for d, size in enumerate(inner[:-1]):
-            lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
+            lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size_text(size)}; ++i{d}) {{")
         step = [p for a, _, _ in updates for p in self._block_prologue(a)]
         step += ["#pragma omp simd", "for (int64_t l = 0; l < nb; ++l) {"]
         step.append(f"    int64_t o{n} = ob + l;")
@@ -685,18 +699,20 @@ class CppKernel:
                 clauses.append(f"num_threads({self.threads})")
             out.append(" ".join(["#pragma omp parallel for", *clauses]))
         for d, size in enumerate(outer[:-1]):
-            out.append(f"{'    ' * d}for (int64_t o{d} = 0; o{d} < {size}; ++o{d}) {{")
+            out.append(f"{'    ' * d}for (int64_t o{d} = 0; o{d} < {size_text(size)}; ++o{d}) {{")
         ind = "    " * n
-        out.append(f"{ind}for (int64_t ob = 0; ob < {outer[-1]}; ob += {lanes}) {{")
-        out.append(f"{ind}    const int64_t nb = std::min<int64_t>({lanes}, {outer[-1]} - ob);")
+        last = size_text(outer[-1])
+        out.append(f"{ind}for (int64_t ob = 0; ob < {last}; ob += {lanes}) {{")
+        out.append(f"{ind}    const int64_t nb = std::min<int64_t>({lanes}, {last} - ob);")
         out += [f"{ind}    {line}" for line in lines]
         out.append(f"{ind}}}")
         out += ["    " * d + "}" for d in reversed(range(n))]
         return out
 
     def _work(self) -> int:
-        outer = math.prod(self.plan.kernel.outer)
-        inner = sum(max(math.prod(s.inner), 1) for s in self.plan.segments)
+        """Elements the kernel visits (at the hint's sizes: it decides on threads only)."""
+        outer = hint(_product(self.plan.kernel.outer))
+        inner = sum(max(hint(_product(s.inner)), 1) for s in self.plan.segments)
         return outer * inner
 
     def _outer_loops(
@@ -711,7 +727,7 @@ class CppKernel:
         parallel = (
             not self.serial
             and self._work() >= self.parallel_threshold
-            and math.prod(outer[:parallel_dims]) > 1
+            and hint(_product(outer[:parallel_dims])) > 1
             and not scatter
         )
         lines = []
@@ -728,7 +744,7 @@ class CppKernel:
             # indices): its loop stays serial. Other pointwise loops carry no dependency.
             if pointwise_only and last and not scatter:
                 lines.append(f"{ind}#pragma omp simd")
-            lines.append(f"{ind}for (int64_t o{d} = 0; o{d} < {size}; ++o{d}) {{")
+            lines.append(f"{ind}for (int64_t o{d} = 0; o{d} < {size_text(size)}; ++o{d}) {{")
         ind = "    " * len(outer)
         lines += [ind + b for b in body]
         lines += ["    " * d + "}" for d in reversed(range(len(outer)))]
@@ -743,10 +759,11 @@ class CppKernel:
             self.hoisted = None
         shifts = self._welford_shifts(seg, outer_vars, inner, results)
         # lanes run along the last inner loop; one shorter than them runs as one lane
-        lanes = self.simdlen if inner and updates and inner[-1] >= self.simdlen else 1
+        lanes = self.simdlen if inner and updates and hint(inner[-1]) >= self.simdlen else 1
         blocks = None
         if inner:
-            blocks = self._plan_blocks(updates, lanes, inner[-1] // lanes, math.prod(inner[:-1]))
+            per_pass = floor_quotient(inner[-1], lanes)
+            blocks = self._plan_blocks(updates, lanes, per_pass, _product(inner[:-1]))
         if blocks:
             lines += blocks.declare()
         for acc, _, _ in updates:
@@ -830,7 +847,7 @@ class CppKernel:
             for n, a, _ in results
             if a.reduction_type == "welford" and a.dtype in FLOAT_TYPES
         }
-        if not shifted or math.prod(inner) < 2 or any(n.is_scatter for n in seg.nodes):
+        if not shifted or hint(_product(inner)) < 2 or any(n.is_scatter for n in seg.nodes):
             return [], []
         inner_vars, forward, hoisted = self._inner_vars, self._forward, self.hoisted
         self._inner_vars = [Expr.of(0)] * len(inner_vars)
@@ -939,7 +956,7 @@ class CppKernel:
         return _Accumulator(names, value.dtype, rtype)
 
     def _plan_blocks(
-        self, updates, lanes: int, per_pass: int, passes: int, live: str = ""
+        self, updates, lanes: int, per_pass: Size, passes: Size, live: str = ""
     ) -> BlockPlan | None:
         """Double totals for the float sum and welford accumulators of lanes that take
         ``passes`` passes of ``per_pass`` steps, if they are long enough to need them
@@ -1047,7 +1064,7 @@ class CppKernel:
 
     def _loops(
         self,
-        inner: tuple[int, ...],
+        inner: tuple[Size, ...],
         body: list[str],
         updates,
         lanes: int,
@@ -1066,11 +1083,11 @@ class CppKernel:
         lines = []
         depth = len(inner)
         for d, size in enumerate(inner[:-1]):
-            lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
+            lines.append(f"{'    ' * d}for (int64_t i{d} = 0; i{d} < {size_text(size)}; ++i{d}) {{")
         ind = "    " * (depth - 1)
         last, size = depth - 1, inner[-1]
         if lanes > 1:
-            main = size - size % lanes
+            main = size - size % lanes if is_static(size) else _whole_lanes(size, lanes)
             step = [p for a, _, _ in updates for p in self._block_prologue(a)]
             step += ["#pragma omp simd", f"for (int64_t l = 0; l < {lanes}; ++l) {{"]
             step.append(f"    int64_t i{last} = ib + l;")
@@ -1078,8 +1095,9 @@ class CppKernel:
             step += [f"    {self._acc_update(a, v, f, 'l', 'lane')}" for a, v, f in updates]
             step.append("}")
             lines += [ind + x for x in stepping_loop("ib", main, lanes, step, blocks)]
-            if main < size:
-                lines.append(f"{ind}for (int64_t i{last} = {main}; i{last} < {size}; ++i{last}) {{")
+            if not is_static(size) or main < size:
+                start, end = size_text(main), size_text(size)
+                lines.append(f"{ind}for (int64_t i{last} = {start}; i{last} < {end}; ++i{last}) {{")
                 lines += [f"{ind}    {b}" for b in body]
                 lines += [
                     f"{ind}    {self._acc_update(a, v, f, '0', 'tail')}" for a, v, f in updates
@@ -1095,6 +1113,19 @@ class CppKernel:
         return ["{", *("    " + line for line in lines), "}"]
 
 
+def _product(sizes) -> Size:
+    return math.prod(sizes) if all_static(sizes) else as_size(math.prod(sizes))
+
+
+def _whole_lanes(size: Size, lanes: int) -> Size:
+    """The iterations of ``size`` that fill whole groups of ``lanes``: ``size - size % lanes``."""
+    return as_size(floor_quotient(size, lanes) * lanes)
+
+
+def _mentions(text: str, symbol) -> bool:
+    return re.search(rf"\b{symbol.name}\b", text) is not None
+
+
 @dataclass
 class GeneratedKernel:
     name: str
@@ -1102,13 +1133,18 @@ class GeneratedKernel:
     params: list[tuple[str, bool]]  # (buffer name, written)
     #: the sizes its run-time indices are checked against: the kernel returns the number
     #: (from 1) of a check that failed, 0 if none; no checks: it returns nothing
-    index_sizes: tuple[int, ...] = ()
+    index_sizes: tuple[Size, ...] = ()
+    #: the size symbols it takes after the pointers, as ``int64_t``
+    size_params: tuple[str, ...] = ()
 
 
-def bind_kernel(lib: ctypes.CDLL, name: str, num_params: int, checks_indices: bool):
-    """Kernel ``name`` of ``lib`` as a ctypes function of ``num_params`` pointers."""
+def bind_kernel(
+    lib: ctypes.CDLL, name: str, num_params: int, checks_indices: bool, num_sizes: int = 0
+):
+    """Kernel ``name`` of ``lib`` as a ctypes function of ``num_params`` pointers and
+    ``num_sizes`` int64 sizes."""
     fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p] * num_params
+    fn.argtypes = [ctypes.c_void_p] * num_params + [ctypes.c_int64] * num_sizes
     fn.restype = ctypes.c_int64 if checks_indices else None
     return fn
 
@@ -1136,7 +1172,11 @@ def generate_kernel(
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     name = f"kiln_{digest}"
     return GeneratedKernel(
-        name, text.replace("KERNEL_NAME", name), params, tuple(emitter.index_sizes)
+        name,
+        text.replace("KERNEL_NAME", name),
+        params,
+        tuple(emitter.index_sizes),
+        tuple(s.name for s in emitter.size_params),
     )
 
 

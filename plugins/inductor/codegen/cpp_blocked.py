@@ -8,13 +8,15 @@ loop unchanged), then moves into the lane's ``double`` total and restarts
 (Welford states by Chan's combination): each float partial sum holds at most
 ``BLOCK`` terms and the totals keep everything float would, so the error stays
 at eager's (ATen sums in a cascade of float blocks and accumulates var in
-double). Sizes are static: lanes of at most ``BLOCK`` steps need no totals and
-keep their code as it was.
+double). Lanes known to take at most ``BLOCK`` steps need no totals and keep their code
+as it was; symbolic step counts (:mod:`..sizes`) get totals unless proved short.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..sizes import Size, divides, hint, known_less, size_text
 
 # steps per block: 16 or 32 give short rows (a 768-feature layer norm) flushes they need not
 # pay for; 128 left a float row sum of 2^20 at ~5x eager's error, 64 at eager's
@@ -71,7 +73,7 @@ class BlockPlan:
     """
 
     blocked: list[Blocked]
-    per_pass: int
+    per_pass: Size
 
     @property
     def counter(self) -> str:
@@ -80,7 +82,8 @@ class BlockPlan:
 
     @property
     def split(self) -> bool:
-        return self.per_pass > BLOCK
+        """Whether the stepping loop runs in blocks (a symbolic one: as its hint says)."""
+        return hint(self.per_pass) > BLOCK
 
     def declare(self) -> list[str]:
         return [] if self.split else [f"int64_t {self.counter} = 0;"]
@@ -89,15 +92,15 @@ class BlockPlan:
         return " ".join(b.flush() for b in self.blocked)
 
 
-def plan_blocks(blocked: list[Blocked], per_pass: int, passes: int) -> BlockPlan | None:
+def plan_blocks(blocked: list[Blocked], per_pass: Size, passes: Size) -> BlockPlan | None:
     """The plan for lanes of ``passes`` * ``per_pass`` steps (None: short enough for one block)."""
-    if not blocked or per_pass * passes <= BLOCK:
+    if not blocked or known_less(per_pass * passes, BLOCK + 1):
         return None
     return BlockPlan(blocked, per_pass)
 
 
 def stepping_loop(
-    var: str, end: int, stride: int, body: list[str], plan: BlockPlan | None, pragma: str = ""
+    var: str, end: Size, stride: int, body: list[str], plan: BlockPlan | None, pragma: str = ""
 ) -> list[str]:
     """``for (var = 0; var < end; var += stride) { body }``, one step per iteration, with the
     flushes ``plan`` asks for; ``pragma`` goes right before the loop that runs ``body``."""
@@ -105,23 +108,25 @@ def stepping_loop(
     inner = ["    " + line for line in body]
     if plan is not None and plan.split:
         span = stride * BLOCK
+        end_text = size_text(end)
         # whole blocks keep a static trip count; the last block is left to the finish
         stop = (
             f"{var}_b + {span}"
-            if end % span == 0
-            else f"std::min<int64_t>({var}_b + {span}, {end})"
+            if divides(span, end)
+            else f"std::min<int64_t>({var}_b + {span}, {end_text})"
         )
         return [
-            f"for (int64_t {var}_b = 0; {var}_b < {end}; {var}_b += {span}) {{",
+            f"for (int64_t {var}_b = 0; {var}_b < {end_text}; {var}_b += {span}) {{",
             *("    " + p for p in pre),
             f"    for (int64_t {var} = {var}_b; {var} < {stop}; {var} += {stride}) {{",
             *("    " + line for line in inner),
             "    }",
-            f"    if ({var}_b + {span} < {end}) {{ {plan.flushes()} }}",
+            f"    if ({var}_b + {span} < {end_text}) {{ {plan.flushes()} }}",
             "}",
         ]
-    lines = [*pre, f"for (int64_t {var} = 0; {var} < {end}; {var} += {stride}) {{", *inner, "}"]
+    loop = f"for (int64_t {var} = 0; {var} < {size_text(end)}; {var} += {stride}) {{"
+    lines = [*pre, loop, *inner, "}"]
     if plan is not None:
-        c = plan.counter
-        lines.append(f"if (({c} += {plan.per_pass}) >= {BLOCK}) {{ {c} = 0; {plan.flushes()} }}")
+        c, steps = plan.counter, size_text(plan.per_pass)
+        lines.append(f"if (({c} += {steps}) >= {BLOCK}) {{ {c} = 0; {plan.flushes()} }}")
     return lines

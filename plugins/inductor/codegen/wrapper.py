@@ -8,13 +8,16 @@ with the tensors). Buffers a kernel writes are allocated with
 has run goes back to a pool and a later buffer of the same dtype and size
 takes it over instead of allocating (buffer reuse); one that none takes over
 is deleted where it died, so that peak memory stays near eager's. Inputs whose strides
-differ from the ones the graph was compiled for are copied into that layout.
+differ from the ones the graph was compiled for are copied into that layout. A graph with
+symbolic sizes reads each size symbol off its inputs first (``s0 = arg0.size(1)``): sizes
+and strides in the source are expressions of them, and kernels take them as arguments.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 
 from ..ir import (
@@ -26,6 +29,7 @@ from ..ir import (
 )
 from ..kernel_plan import KernelPlan
 from ..scheduler import ExternStep, FusedKernel, Schedule
+from ..sizes import SymbolicUnsupported, is_static, size_text, symbols_of
 from ..templates import TemplateStep
 from .cpp import GeneratedKernel, raise_index_error
 from .triton import KernelLaunch
@@ -76,6 +80,10 @@ class WrapperCodegen:
     def const(self, value: Any) -> str:
         if value is None or isinstance(value, (bool, int, str)):
             return repr(value)
+        if isinstance(value, sympy.Expr):
+            return size_text(value, python=True)
+        if isinstance(value, (list, tuple)) and symbols_of(value):
+            return sizes_text(value)
         if isinstance(value, float) and value == value and abs(value) != float("inf"):
             return repr(value)
         if isinstance(value, (list, tuple)) and all(
@@ -91,8 +99,10 @@ class WrapperCodegen:
         if view.is_whole_buffer():
             return view.buffer.name
         name = view.buffer.name  # ``_view`` inline: one call less per view per call
-        offset = f"{name}.storage_offset()" + (f" + {view.offset}" if view.offset else "")
-        return f"_as_strided({name}, {view.size}, {view.stride}, {offset})"
+        offset = f"{name}.storage_offset()"
+        if view.offset != 0:
+            offset += f" + {size_text(view.offset, python=True)}"
+        return f"_as_strided({name}, {sizes_text(view.size)}, {sizes_text(view.stride)}, {offset})"
 
     def arg_expr(self, arg: ExternArg) -> str:
         if arg.kind == "tensor":
@@ -147,9 +157,11 @@ class WrapperCodegen:
             all_args = ", ".join(f"arg{i}" for i in range(n_args))
             body.append(f"{all_args}, = args" if n_args == 1 else f"{all_args} = args")
             body.append("args.clear()  # each input is freed after its last use")
+        body += self._size_symbols()
         for b in g.inputs:  # ``_fix_layout`` inline: a call per input per call costs more
-            if b.layout.storage_numel() > 1:
-                arg, stride = f"arg{b.position}", b.layout.stride
+            numel = b.layout.storage_numel()
+            if not is_static(numel) or numel > 1:
+                arg, stride = f"arg{b.position}", sizes_text(b.layout.stride)
                 body.append(f"if {arg}.stride() != {stride}: {arg} = _restride({arg}, {stride})")
         for c in g.constants:
             self.namespace[c.name] = c.value
@@ -207,6 +219,18 @@ class WrapperCodegen:
         out += [f"{fn} = {fn}._op" for fn in sorted(self._overloads)]
         return "\n".join(out) + "\n"
 
+    def _size_symbols(self) -> list[str]:
+        """Lines reading each size symbol off the inputs (none for a static graph)."""
+        sources = self.graph.size_sources
+        used = symbols_of(
+            [b.layout.size for b in self.graph.buffers if b.layout is not None]
+            + [b.layout.stride for b in (*self.graph.inputs, *self.graph.buffers) if b.layout]
+        )
+        missing = sorted(str(s) for s in used if s not in sources)
+        if missing:
+            raise SymbolicUnsupported(f"no input gives the size symbols {', '.join(missing)}")
+        return [f"{s} = {source}" for s, source in sorted(sources.items(), key=lambda i: str(i[0]))]
+
     @staticmethod
     def _pool_key(buf: Buffer) -> tuple:
         return (buf.layout.dtype, buf.layout.storage_numel())
@@ -223,11 +247,11 @@ class WrapperCodegen:
             # the new one's last reader (a 48 MiB buffer per chain of reuses in GPT-2)
             if (old_lay.size, old_lay.stride) == (lay.size, lay.stride):
                 return f"{buf.name} = {old}; del {old}  # reuses {old}"  # no as_strided call
-            return (
-                f"{buf.name} = _view({old}, {lay.size}, {lay.stride}, 0); del {old}  # reuses {old}"
-            )
+            size, stride = sizes_text(lay.size), sizes_text(lay.stride)
+            return f"{buf.name} = _view({old}, {size}, {stride}, 0); del {old}  # reuses {old}"
         device = "" if lay.device.type == "cpu" else f", device={self.const(lay.device)}"
-        return f"{buf.name} = _empty({lay.size}, {lay.stride}, dtype={lay.dtype}{device})"
+        size, stride = sizes_text(lay.size), sizes_text(lay.stride)
+        return f"{buf.name} = _empty({size}, {stride}, dtype={lay.dtype}{device})"
 
     def _template_call(self, step: TemplateStep, pool, owned: set[str]) -> list[str]:
         """A matmul or convolution template (tuned against the aten call at its first call)
@@ -254,10 +278,11 @@ class WrapperCodegen:
         if isinstance(kernel, KernelLaunch):  # a Triton launcher takes the tensors
             args = ", ".join(kernel.params)
         else:
-            args = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
+            pointers = [f"{name}.data_ptr()" for name, _ in kernel.params]
+            args = ", ".join([*pointers, *kernel.size_params])
         if isinstance(kernel, GeneratedKernel) and kernel.index_sizes:
             lines.append(f"if bad_index := {kernel.name}({args}):")
-            lines.append(f"    raise_index_error(bad_index, {kernel.index_sizes!r})")
+            lines.append(f"    raise_index_error(bad_index, {sizes_text(kernel.index_sizes)})")
         else:
             lines.append(f"{kernel.name}({args})")
         for node in step.nodes:
@@ -288,9 +313,10 @@ class WrapperCodegen:
     def _checked_layout(self, buf: Buffer) -> list[str]:
         """Kernels and views index an extern result with the strides tracing predicted (an
         op's fake kernel can disagree with its real one): make sure of them."""
-        if buf.layout.storage_numel() <= 1 or buf.name not in self._strided_reads:
+        numel = buf.layout.storage_numel()
+        if (is_static(numel) and numel <= 1) or buf.name not in self._strided_reads:
             return []
-        return [f"{buf.name} = _fix_layout({buf.name}, {buf.layout.stride})"]
+        return [f"{buf.name} = _fix_layout({buf.name}, {sizes_text(buf.layout.stride)})"]
 
     def _kernel_reads_and_views(self) -> set[str]:
         """Buffers whose strides matter: read by a kernel, or passed on as a strided view."""
@@ -316,3 +342,11 @@ class WrapperCodegen:
 
     def _output_view(self, view: StorageView) -> str:
         return self.view_expr(view)
+
+
+def sizes_text(sizes) -> str:
+    """A tuple (or list) of sizes as Python source: ``(4, 6)``, ``(s0, 6*s0)``."""
+    items = [size_text(s, python=True) for s in sizes]
+    if isinstance(sizes, list):
+        return f"[{', '.join(items)}]"
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"

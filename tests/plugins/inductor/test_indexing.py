@@ -60,3 +60,50 @@ def test_a_flat_index_split_over_several_dims_recombines_through_nested_quotient
     index = linear_index([n, h, w, x.mod(128)], (100352, 3584, 128, 1))
     assert index == p * 128 + x.mod(128)
     assert "784" not in str(index) and "% 28" not in str(index)
+
+
+# -- symbolic sizes (sympy symbols of the ShapeEnv, at least 2) --------------------------
+
+
+def symbolic_facts(*names):
+    import sympy
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from torchkiln_inductor.sizes import SizeFacts
+
+    symbols = [sympy.Symbol(n, integer=True, positive=True) for n in names]
+    facts = SizeFacts({s: ValueRanges(2, sympy.oo) for s in symbols}, dict.fromkeys(symbols, 5))
+    return facts, symbols
+
+
+def test_symbolic_rows_split_and_merge_back():
+    from torchkiln_inductor.sizes import size_facts
+
+    facts, (s0, s1) = symbolic_facts("s0", "s1")
+    with size_facts(facts):
+        i, j = v("i", s0), v("j", s1)
+        flat = linear_index([i, j], [s1, 1])
+        assert unflatten(flat, (s0, s1)) == [i, j]
+        n = v("n", s0 * s1)
+        a, b = unflatten(n, (s0, s1))
+        assert a * s1 + b == n
+
+
+def test_symbolic_division_keeps_what_the_ranges_do_not_prove():
+    from torchkiln_inductor.sizes import size_facts
+
+    facts, (s0, s1) = symbolic_facts("s0", "s1")
+    with size_facts(facts):
+        i, j = v("i", s0), v("j", s1 + 1)  # j may reach s1: no simplification
+        assert (i * s1 + j).floordiv(s1) != i
+        assert v("k", s1).floordiv(s1) == Expr()  # k < s1
+
+
+def test_symbolic_coefficients_render_in_parentheses():
+    """A divisor ``32*s0`` printed bare reads as ``/ 32 * s0`` in C."""
+    from torchkiln_inductor.sizes import size_facts
+
+    facts, (s0,) = symbolic_facts("s0")
+    with size_facts(facts):
+        text = v("x", 4 * s0 * s0).floordiv(32 * s0).render()
+    assert "/ (32*s0)" in text
