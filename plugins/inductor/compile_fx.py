@@ -162,11 +162,19 @@ def generate(
         raise SymbolicUnsupported("max_autotune measures kernels at concrete sizes")
     if device_caps(_device(gm, example_inputs), options.cpu_backend).name == "triton":
         raise SymbolicUnsupported("the Triton kernels take static sizes yet")
+    env = facts.shape_env
+    guards = len(env.guards), len(env.replacements)
     with size_facts(facts):
         try:
-            return _generate(gm, example_inputs, options)
+            generated = _generate(gm, example_inputs, options)
         except TypeError as e:  # int-only code met a symbolic size: compile per size instead
             raise SymbolicUnsupported(f"a step of the inductor needs concrete sizes ({e})") from e
+    if (len(env.guards), len(env.replacements)) != guards:
+        # a size was decided on while compiling: a guard the frame can no longer check (a
+        # backward compiles after the frame's guards are made), so this code may serve sizes
+        # it is wrong for
+        raise SymbolicUnsupported(f"compiling decided on a size: {env.guards[guards[0] :]}")
+    return generated
 
 
 def _generate(

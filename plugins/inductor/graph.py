@@ -223,9 +223,11 @@ class GraphLowering(Interpreter):
         example = self.example_inputs[self._position]
         position = self._position
         self._position += 1
-        if isinstance(example, torch.SymInt):
+        if isinstance(example, (torch.SymInt, torch.SymFloat)):
+            # a number the forward saved (a size, ``1 / numel``): its expression in the size
+            # symbols, never its value at the first call's sizes
             size = as_size(example)
-            if size.is_Symbol:
+            if not is_static(size) and size.is_Symbol:
                 self.ir.size_sources.setdefault(size, f"arg{position}")
             return size
         if not isinstance(example, torch.Tensor):
@@ -233,9 +235,10 @@ class GraphLowering(Interpreter):
         device_caps(example.device)  # refuses devices without a code generator
         buf = InputBuffer(f"arg{position}", Layout.of_tensor(example), position)
         self.ir.inputs.append(buf)
-        for dim, size in enumerate(buf.layout.size):
-            if not is_static(size) and size.is_Symbol:
-                self.ir.size_sources.setdefault(size, f"arg{position}.size({dim})")
+        for what, sizes in (("size", buf.layout.size), ("stride", buf.layout.stride)):
+            for dim, size in enumerate(sizes):
+                if not is_static(size) and size.is_Symbol:
+                    self.ir.size_sources.setdefault(size, f"arg{position}.{what}({dim})")
         return StorageView.of(buf)
 
     def get_attr(self, target, args, kwargs) -> Any:
@@ -251,8 +254,8 @@ class GraphLowering(Interpreter):
         if target is operator.getitem and isinstance(args[0], (list, tuple)):
             return args[0][args[1]]
         meta = self.current_node.meta.get("val") if self.current_node is not None else None
-        if isinstance(meta, torch.SymInt):  # a size the ShapeEnv computed: ``sym_size``, ``s0*s1``
-            return as_size(meta)
+        if isinstance(meta, (torch.SymInt, torch.SymFloat)):  # the ShapeEnv computed it:
+            return as_size(meta)  # ``sym_size``, ``s0*s1``, ``1 / (s0*s1)``
         if self.channels_last and self.current_node is not None and _is_conv2d(self.current_node):
             if target is CONVOLUTION_BACKWARD:
                 return self._conv_backward(args, kwargs, meta)
@@ -487,8 +490,8 @@ def _op_name(node: Node) -> str:
 
 def channels_last_layout(size, dtype: torch.dtype, device: torch.device) -> Layout:
     """NCHW sizes, NHWC order in memory (torch.channels_last)."""
-    n, c, h, w = (int(s) for s in size)
-    return Layout((n, c, h, w), (h * w * c, 1, w * c, c), dtype, device)
+    n, c, h, w = sizes_of(size)
+    return Layout((n, c, h, w), sizes_of((h * w * c, 1, w * c, c)), dtype, device)
 
 
 def _channels_last_backward_is_safe(kernel_size, stride, padding, device) -> bool:

@@ -31,7 +31,9 @@ from .sizes import (
     as_size,
     floor_quotient,
     hint,
+    is_real_valued,
     is_static,
+    known_less,
     known_nonnegative,
     sizes_of,
 )
@@ -150,8 +152,8 @@ def promoted(*args: Any) -> torch.dtype:
     fakes = [
         torch.empty([1] * len(a.size), dtype=a.dtype, device="meta")
         if isinstance(a, TensorValue)
-        else 0
-        if isinstance(a, sympy.Expr)  # a symbolic size: an int
+        else (0.0 if is_real_valued(a) else 0)
+        if isinstance(a, sympy.Expr)  # a symbolic size (an int) or a SymFloat's expression
         else a
         for a in args
         if a is not None
@@ -1340,13 +1342,13 @@ def _flip(g, meta, x, dims):
     )
 
 
-def _in_range(e: Expr, lo: int, hi: int) -> Any:
-    """ops value: lo <= e < hi (constant-folded when the bounds of e decide it)."""
+def _in_range(e: Expr, lo: Size, hi: Size) -> Any:
+    """ops value: lo <= e < hi (a check left out where the bounds of e prove it)."""
     elo, ehi = e.bounds()
     checks = []
-    if elo < lo:
+    if not known_nonnegative(elo - lo):
         checks.append(ops.ge(ops.index_expr(e, torch.int64), ops.constant(lo, torch.int64)))
-    if ehi >= hi:
+    if not known_less(ehi, hi):
         checks.append(ops.lt(ops.index_expr(e, torch.int64), ops.constant(hi, torch.int64)))
     if not checks:
         return None

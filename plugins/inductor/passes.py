@@ -22,6 +22,8 @@ from torch.fx import GraphModule, Node
 
 from torchkiln.effects import is_impure
 
+from .sizes import sizes_of
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -57,7 +59,13 @@ def _is_noop(node: Node) -> bool:
     src, out = _meta(node.args[0]), _meta(node)
     if src is None or out is None:
         return False
-    same = src.shape == out.shape and src.dtype == out.dtype and src.stride() == out.stride()
+    # sizes compared as expressions: comparing SymInts would add a guard to the capture's
+    # ShapeEnv, too late for the frame's guards to check it
+    same = (
+        sizes_of(src.shape) == sizes_of(out.shape)
+        and src.dtype == out.dtype
+        and sizes_of(src.stride()) == sizes_of(out.stride())
+    )
     t = node.target
     if t in (aten.alias.default, aten.clone.default):
         return same

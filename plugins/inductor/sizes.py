@@ -26,6 +26,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, PowByNatural, ToFloat
 from torch.utils._sympy.functions import FloorDiv as SympyFloorDiv
 from torch.utils._sympy.functions import Max as TorchMax
 from torch.utils._sympy.functions import Min as TorchMin
@@ -64,8 +65,8 @@ class SizeFacts:
         return facts
 
 
-def _symbolic_ints(value) -> Iterator[torch.SymInt]:
-    if isinstance(value, torch.SymInt):
+def _symbolic_ints(value) -> Iterator[torch.SymInt | torch.SymFloat]:
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
         yield value
     elif isinstance(value, torch.Tensor):
         for s in (*value.shape, *value.stride(), value.storage_offset()):
@@ -93,10 +94,11 @@ def size_facts(facts: SizeFacts) -> Iterator[SizeFacts]:
 
 
 def as_size(value) -> Size:
-    """An ``int``, or a sympy expression where ``value`` (a SymInt, an expression) is symbolic."""
+    """An ``int``, or a sympy expression where ``value`` (a SymInt, an expression) is symbolic.
+    A SymFloat (``1 / numel`` in a norm's backward) becomes its expression too."""
     if type(value) is int:
         return value
-    if isinstance(value, torch.SymInt):
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
         value = value.node.expr
     if isinstance(value, sympy.Expr):
         env = _facts().shape_env
@@ -105,7 +107,9 @@ def as_size(value) -> Size:
         if value.has(*_MIN_MAX):
             value = value.replace(lambda e: isinstance(e, _MIN_MAX), _settle)
         value = sympy.expand(value)
-        return int(value) if value.is_Integer else value
+        if value.is_Integer:
+            return int(value)
+        return float(value) if value.is_Float else value
     return int(value)
 
 
@@ -122,6 +126,11 @@ def _settle(e: sympy.Expr) -> sympy.Expr:
 def sizes_of(values) -> tuple[Size, ...]:
     """:func:`as_size` of each of ``values`` (a tensor's shape or strides, a list of sizes)."""
     return tuple(as_size(v) for v in values)
+
+
+def is_real_valued(value: sympy.Expr) -> bool:
+    """Whether a symbolic scalar is a float (a SymFloat's expression), not a size."""
+    return not value.is_integer
 
 
 def is_static(value: Size) -> bool:
@@ -202,17 +211,28 @@ def symbols_of(values) -> set[sympy.Symbol]:
 def size_text(value: Size, python: bool = False) -> str:
     """``value`` as C text, or Python text with ``python``: sums, products and floor divisions
     of ints and symbols (a symbol printed as its name; products of int64 symbols stay int64
-    in C, and every operand of a division is non-negative, so C's ``/`` floors)."""
-    if isinstance(value, int):
-        return str(value)
+    in C, and every operand of a division is non-negative, so C's ``/`` floors); a SymFloat's
+    expression (``ToFloat``, true divisions) in double precision."""
+    if isinstance(value, (int, float)):
+        return repr(value)
     return _print(sympy.sympify(value), "//" if python else "/")
 
 
 def _print(e: sympy.Expr, div: str) -> str:
     if e.is_Integer:
         return str(int(e))
+    if e.is_Float:
+        return repr(float(e))
     if e.is_Symbol:
         return e.name
+    if isinstance(e, ToFloat):
+        inner = _print(e.args[0], div)
+        return f"float({inner})" if div == "//" else f"static_cast<double>({inner})"
+    if isinstance(e, (FloatTrueDiv, IntTrueDiv)):
+        a, b = (_print(x, div) for x in e.args)
+        return f"({a} / {b})" if div == "//" else f"(static_cast<double>({a}) / {b})"
+    if isinstance(e, PowByNatural):
+        return "*".join([_factor(e.args[0], div)] * int(e.args[1]))
     if e.is_Add:
         terms = [_print(t, div) for t in e.as_ordered_terms()]
         return "(" + " + ".join(terms).replace("+ -", "- ") + ")"

@@ -14,6 +14,11 @@ random weights (nothing is downloaded) and compiled with
   (BatchNorm's running statistics), with an SGD update between the two steps
   so that the second step also runs on updated weights.
 
+Training again under the inductor with ``dynamic=True``: one symbolic compile at the first
+size serves the second (the default, automatic dynamic shapes, compiles the second size
+anew, so a value taken at the first size's would go unnoticed). CI runs it on the models
+of ``DYNAMIC_MODELS``; ``TORCHKILN_MODELS_DYNAMIC=all`` on every model of the suite.
+
 Gradients are compared with a tolerance scaled to the model's largest gradient
 (``model_testing.assert_close_to_largest`` says why).
 
@@ -100,12 +105,12 @@ class Twins:
     """The compiled model, its eager twin and (in low precision) a float32 eager reference,
     called alike and compared as the precision allows."""
 
-    def __init__(self, module: torch.nn.Module, backend: str):
+    def __init__(self, module: torch.nn.Module, backend: str, dynamic: bool | None = None):
         module = module.to(DEVICE)
         self.reference = None if DTYPE is torch.float32 else copy.deepcopy(module)
         self.model = module.to(DTYPE)
         self.twin = copy.deepcopy(self.model)
-        self.compiled = torchkiln.compile(self.model, backend=backend)
+        self.compiled = torchkiln.compile(self.model, backend=backend, dynamic=dynamic)
 
     def modules(self) -> list[torch.nn.Module]:
         return [m for m in (self.model, self.twin, self.reference) if m is not None]
@@ -125,6 +130,27 @@ class Twins:
             assert_no_worse_than_eager(of["model"], of["twin"], of["reference"])
 
 
+#: the models trained with symbolic sizes in CI: attention, T5's relative positions, batch
+#: norms and convolutions (every model: TORCHKILN_MODELS_DYNAMIC=all)
+DYNAMIC_MODELS = ("hf_gpt2", "hf_t5", "timm_resnet", "timm_vit")
+
+
+def training_runs() -> list:
+    """(name, backend, dynamic) of every training test."""
+    every = os.environ.get("TORCHKILN_MODELS_DYNAMIC") == "all"
+    runs = [
+        pytest.param(name, backend, None, id=f"{name}-{backend}")
+        for name in group("suite")
+        for backend in BACKENDS
+    ]
+    runs += [
+        pytest.param(name, "inductor", True, id=f"{name}-inductor-dynamic")
+        for name in group("suite")
+        if every or name in DYNAMIC_MODELS
+    ]
+    return runs
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", group("suite"))
 def test_inference(name: str, backend: str) -> None:
@@ -136,11 +162,10 @@ def test_inference(name: str, backend: str) -> None:
             twins.compare({k: {"output": v} for k, v in outputs.items()})
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", group("suite"))
-def test_training(name: str, backend: str) -> None:
+@pytest.mark.parametrize(("name", "backend", "dynamic"), training_runs())
+def test_training(name: str, backend: str, dynamic: bool | None) -> None:
     built = build(name)
-    twins = Twins(built.module.train(), backend)
+    twins = Twins(built.module.train(), backend, dynamic)
     modules = dict(zip(("model", "twin", "reference"), twins.modules()))
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.01) for m in modules.values()]
     for inputs in (built.inputs, built.resized_inputs):

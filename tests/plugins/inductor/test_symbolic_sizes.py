@@ -8,6 +8,7 @@ inductor can't compile symbolically goes back to one compile per size, with a lo
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import pytest
@@ -197,3 +198,23 @@ def test_what_needs_concrete_sizes_compiles_per_size_and_says_why(caplog):
             torch.testing.assert_close(compiled(x), pairs(x))
     assert torchkiln.counters["static_shapes"]["specializations"] == 3
     assert "compiles this graph once per concrete size" in caplog.text
+
+
+def test_batch_norm_training_takes_its_saved_scalars_as_expressions_of_the_sizes():
+    """The forward saves ``1 / numel`` (a SymFloat) for the backward, which compiles at the
+    first backward: taken at that call's value (1/128 at batch 2), the gradients of batch 3
+    were wrong with no error."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU()
+    )
+    twin = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, dynamic=True)
+    for batch in (2, 3, 5):
+        x = torch.randn(batch, 3, 8, 8)
+        compiled(x).square().mean().backward()
+        twin(x).square().mean().backward()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+            p.grad = q.grad = None
+    assert torchkiln.counters["static_shapes"]["specializations"] == 0
