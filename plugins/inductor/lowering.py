@@ -794,8 +794,9 @@ def _welford(g, x, dims, keepdim, dtype):
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     x = g.reuse(x)
     ranges, rranges, body = _reduction_body(x, dims, keepdim, acc)
-    total = math.prod(rranges)
-    chunks = _even_chunks(_split_chunks(g.caps, math.prod(ranges), total), total)
+    total = _numel(rranges)
+    target = _split_chunks(g.caps, hint(_numel(ranges)), hint(total))
+    chunks = _even_chunks(target, total) if is_static(total) else 1  # equal parts: static counts
     if chunks > 1:
         return _split_welford(g, x, ranges, rranges, body, acc, chunks)
     mean = g.reduction(x.device, ranges, rranges, body, "welford", acc, x.dtype, 0)

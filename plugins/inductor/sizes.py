@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,6 +207,12 @@ def symbols_of(values) -> set[sympy.Symbol]:
         elif isinstance(value, sympy.Expr):
             found |= value.free_symbols
     return found
+
+
+def symbols_in(text: str, symbols) -> list[sympy.Symbol]:
+    """The ``symbols`` that generated ``text`` (a kernel's source) names, sorted by name: the
+    sizes a kernel takes as arguments."""
+    return [s for s in sorted(symbols, key=str) if re.search(rf"\b{s.name}\b", text)]
 
 
 def size_text(value: Size, python: bool = False) -> str:

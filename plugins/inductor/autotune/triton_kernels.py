@@ -122,11 +122,13 @@ def tuned_launchers(
 ) -> dict[str, TunedKernel]:
     """A :class:`TunedKernel` per launch of the imported Triton ``module`` that ``settings``
     tune: all, or with light ones, those with a reduction (tiled over inner elements), where
-    the heuristic is least sure; pointwise kernels keep it."""
+    the heuristic is least sure; pointwise kernels keep it. So do kernels that take sizes
+    (symbolic graphs): a winner measured at the first call's sizes would serve every other,
+    and the store keys winners by the arguments' sizes."""
     return {
         k.name: TunedKernel(getattr(module, k.name), k, settings, namespace)
         for k in launches
-        if k.rnumels or not settings.light
+        if (k.rnumels or not settings.light) and not k.size_params
     }
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,16 @@ from ..ir import GraphIR, Reduction, Scatter
 from ..kernel_plan import KernelPlan, Segment, merge_loops, node_indices
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode, kernel_vars
-from ..sizes import Size, all_static, as_size, floor_quotient, hint, is_static, size_text
+from ..sizes import (
+    Size,
+    all_static,
+    as_size,
+    floor_quotient,
+    hint,
+    is_static,
+    size_text,
+    symbols_in,
+)
 from .cpp_blocked import Blocked, BlockPlan, plan_blocks, stepping_loop
 
 PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
@@ -617,9 +625,7 @@ class CppKernel:
             const = "" if written else "const "
             params.append(f"{const}{STORAGE_TYPES[dtype]}* {pname}")
         text = "\n".join(loops)
-        self.size_params = [
-            s for s in sorted(self.graph.size_sources, key=str) if _mentions(text, s)
-        ]
+        self.size_params = symbols_in(text, self.graph.size_sources)
         params += [f"int64_t {s}" for s in self.size_params]
         if self.index_sizes:  # returns which check failed, 0 if none
             sig = f'extern "C" int64_t KERNEL_NAME({", ".join(params)})'
@@ -1120,10 +1126,6 @@ def _product(sizes) -> Size:
 def _whole_lanes(size: Size, lanes: int) -> Size:
     """The iterations of ``size`` that fill whole groups of ``lanes``: ``size - size % lanes``."""
     return as_size(floor_quotient(size, lanes) * lanes)
-
-
-def _mentions(text: str, symbol) -> bool:
-    return re.search(rf"\b{symbol.name}\b", text) is not None
 
 
 @dataclass

@@ -3,7 +3,7 @@
 In: a :class:`~torchkiln_inductor.kernel_plan.KernelPlan` (its segments, and
 each node's ops list). Out: one ``@triton.jit`` function per kernel, collected
 into a :class:`TritonModule` (source text plus, per kernel, its launch: grid
-and block sizes, fixed at compile time since shapes are static).
+and block sizes, fixed at compile time where shapes are static).
 
 Each program handles ``XBLOCK`` elements of the kernel's flattened outer loops
 (``xindex``, the grid's axis). A segment with inner loops (or a reduction)
@@ -21,6 +21,13 @@ all true, and folded away, where the block divides the extent).
 Values are computed in float32 for float16/bfloat16 storage; welford keeps
 (mean, m2, weight) per lane and merges the lanes with sums (Chan's formula).
 
+With symbolic sizes (:mod:`..sizes`), a kernel takes the size symbols it uses as ``int64``
+arguments after its buffers, and ``xnumel``, each ``rnumel``, index math and loop bounds are
+expressions of them; masks compare for real. Block sizes come from the first call's sizes
+(:func:`~..sizes.hint`); a segment is persistent only where its block holds a row at every
+size in range, else it loops, which serves any length. The launcher computes such a kernel's
+grid at each call (``triton_launch``).
+
 :class:`TritonOpsHandler` turns each op into one Triton expression (with
 common-subexpression elimination) and tracks which tile axes every value
 varies over, so pointers and masks get the same shape. Ops outside
@@ -37,6 +44,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
 
 from ..autotune.tuner import TuningSettings
@@ -46,6 +54,7 @@ from ..ir import GraphIR, Reduction
 from ..kernel_plan import KernelPlan, Segment
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode
+from ..sizes import Size, as_size, hint, is_static, known_less, size_text, symbols_in
 from .triton_launch import compile_at_once, launcher_for, use_triton_cache
 
 if TYPE_CHECKING:
@@ -221,7 +230,9 @@ def _floating(dtype: torch.dtype) -> bool:
 def _literal(value: Any, dtype: torch.dtype) -> str:
     """A ``[1, 1]`` constant of compute ``dtype``."""
     dtype = compute_dtype(dtype)
-    if dtype == torch.bool:
+    if isinstance(value, sympy.Expr):  # a symbolic size: computed from the kernel's arguments
+        text = size_text(value, python=True)
+    elif dtype == torch.bool:
         text = "1" if value else "0"
     elif _floating(dtype):
         value = float(value)
@@ -389,9 +400,10 @@ class TritonOpsHandler:
             out = self.emit(f"{out}.to(tl.float16).to(tl.float32)", target, x.dims)
         return out
 
-    def indirect_indexing(self, x: TritonValue, size: int, wrap: bool = True) -> TritonValue:
+    def indirect_indexing(self, x: TritonValue, size: Size, wrap: bool = True) -> TritonValue:
         idx = self.emit(f"{x}.to(tl.int64)", torch.int64, x.dims)
         if wrap:
+            size = size_text(size, python=True)
             idx = self.emit(f"tl.where({idx} < 0, {idx} + {size}, {idx})", torch.int64, x.dims)
         return idx
 
@@ -637,8 +649,10 @@ class TritonKernel:
         self._tile_names: dict[tuple[int, ...], int] = {}  # inner loops -> first segment over them
         self._columns = False  # tiles wide in x, short in r (decided in ``emit``)
         self._column_xblock = TILE_ELEMENTS // COLUMN_RBLOCK  # their columns per program
-        self.xnumel = math.prod(plan.kernel.outer)
-        self.rnumels: dict[str, int] = {}  # RBLOCK constexpr -> its segments' inner elements
+        self.xnumel = _numel(plan.kernel.outer)
+        self.rnumels: dict[str, Size] = {}  # RBLOCK constexpr -> its segments' inner elements
+        #: the size symbols the kernel takes as ``int64`` arguments, after ``header``
+        self.size_params: list[str] = []
         self._stored: set[str] = set()
         self._tmp = 0
 
@@ -649,11 +663,14 @@ class TritonKernel:
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
-    def _mask(self, mask: str, index: str, numel: int, block: str) -> None:
+    def _mask(self, mask: str, index: str, numel: Size, block: str) -> None:
         """``mask = index < numel``, through ``kiln_mask``: a constant where ``block`` (a
-        constexpr the autotuner varies with the same source) divides ``numel``."""
+        constexpr the autotuner varies with the same source) divides ``numel``. A symbolic
+        ``numel`` is no constexpr: its mask compares."""
         if numel == 0:  # 0 % BLOCK == 0, but no index is in range
             self.line(f"{mask} = {index} < 0")
+        elif not is_static(numel):
+            self.line(f"{mask} = {index} < {size_text(numel, python=True)}")
         else:
             self.line(f"{mask} = kiln_mask({index}, {numel}, {block})")
 
@@ -666,12 +683,15 @@ class TritonKernel:
 
     # -- the kernel -------------------------------------------------------------------
     def emit(self) -> tuple[str, list[str], dict[str, int], tuple[int, ...]]:
-        """(source with placeholder name ``KERNEL_NAME``, buffer arguments, block sizes, grid)."""
+        """(source with placeholder name ``KERNEL_NAME``, buffer arguments, block sizes, grid;
+        a kernel that takes sizes gets its grid per call: this one is the first call's)."""
         xnumel = self.xnumel
+        size = hint(xnumel)  # block sizes: for the first call's sizes
         self._columns = self._reads_down_columns()
         if self._columns:
-            inner = max(_pow2(math.prod(g.inner)) for g in self.plan.segments if self._tiled(g))
-            self._column_xblock = _column_xblock(xnumel, min(inner, COLUMN_RBLOCK))
+            tiled = [g for g in self.plan.segments if self._tiled(g)]
+            inner = max(_pow2(hint(_numel(g.inner))) for g in tiled)
+            self._column_xblock = _column_xblock(size, min(inner, COLUMN_RBLOCK))
         rblocks = [self._rblock(seg) for seg in self.plan.segments if self._tiled(seg)]
         rows = bool(rblocks) and not self._columns and max(rblocks) >= ROW_PER_PROGRAM
         if rows:
@@ -679,30 +699,39 @@ class TritonKernel:
         elif self._columns:
             xblock = self._column_xblock
         elif rblocks:
-            xblock = min(_pow2(xnumel), max(1, TILE_ELEMENTS // max(rblocks)))
+            xblock = min(_pow2(size), max(1, TILE_ELEMENTS // max(rblocks)))
         else:
-            xblock = min(_pow2(xnumel), POINTWISE_BLOCK)
+            xblock = min(_pow2(size), POINTWISE_BLOCK)
         self.meta["XBLOCK"] = xblock
         tile = xblock * max(rblocks, default=1)
         self.num_warps = num_warps_for(tile, per_thread=4 if rows else 8)
-        wide = self._max_numel() >= 2**31
-        pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        pid = "tl.program_id(0).to(tl.int64)" if self._wide() else "tl.program_id(0)"
         self.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         self._mask("xmask", "xindex", xnumel, "XBLOCK")
         outer_vars = unflatten(Expr.of(Var("xindex", xnumel)), self.plan.kernel.outer)
         for k, seg in enumerate(self.plan.segments):
             self._segment(k, seg, outer_vars)
         head, buffers = self.header(self.meta)
-        grid = (-(-xnumel // xblock),)
+        grid = (-(-size // xblock),)
         return "\n".join(head + self.lines), buffers, self.meta, grid
 
     def header(self, constexprs) -> tuple[list[str], list[str]]:
-        """The ``@triton.jit`` lines (buffers read, then written, by name; then the
-        ``constexprs``) and the buffers in argument order."""
+        """The ``@triton.jit`` lines (buffers read, then written, by name; the size symbols
+        the body uses; then the ``constexprs``) and the buffers in argument order.
+
+        Sizes are ``int64`` (products of sizes may pass int32) and not specialized: Triton
+        would compile a kernel of its own for a size of 1 or a multiple of 16, which the
+        launcher, compiling once per pointer alignment, would then run at other sizes."""
         ordered = sorted(self.params.items(), key=lambda kv: (kv[1][1], kv[0]))
         names = [pname for _, (pname, _) in ordered]
+        body = "\n".join(self.lines)
+        self.size_params = [s.name for s in symbols_in(body, self.graph.size_sources)]
+        sizes = [f"{s}: tl.int64" for s in self.size_params]
         consts = [f"{name}: tl.constexpr" for name in constexprs]
-        head = ["@triton.jit", f"def KERNEL_NAME({', '.join(names + consts)}):"]
+        jit = "@triton.jit"
+        if self.size_params:
+            jit += f"(do_not_specialize={self.size_params})"
+        head = [jit, f"def KERNEL_NAME({', '.join(names + sizes + consts)}):"]
         return head, [name for name, _ in ordered]
 
     def emit_pointwise(self, handler: TritonOpsHandler, outer_vars: list[Expr]) -> None:
@@ -712,17 +741,20 @@ class TritonKernel:
         for seg in self.plan.segments:
             self._nodes(seg, handler, outer_vars, [])
 
-    def _max_numel(self) -> int:
+    def _wide(self) -> bool:
+        """Whether an index may pass int32: a buffer of 2**31 elements or more (at some size
+        in range, where sizes are symbolic)."""
         names = {n for node in self.plan.kernel.nodes for n in node.read_names()}
         names |= {n.name for n in self.plan.kernel.nodes}
-        return max(self.graph.buffer(n).layout.storage_numel() for n in names)
+        numels = (self.graph.buffer(n).layout.storage_numel() for n in names)
+        return not all(known_less(numel, 2**31) for numel in numels)
 
     @staticmethod
     def _tiled(seg: Segment) -> bool:
         return bool(seg.inner) or any(n.is_reduction for n in seg.nodes)
 
     def _rblock(self, seg: Segment) -> int:
-        rows = _pow2(math.prod(seg.inner))
+        rows = _pow2(hint(_numel(seg.inner)))
         if not self._columns:
             return min(rows, TRITON_PERSISTENT_MAX)
         largest = TILE_ELEMENTS // self._column_xblock
@@ -765,7 +797,7 @@ class TritonKernel:
             tile = _Tile(None, "1")
             self._nodes(seg, TritonOpsHandler(self, tile), outer_vars, [])
             return
-        rnumel = math.prod(seg.inner)
+        rnumel = _numel(seg.inner)
         rblock = self._rblock(seg)
         defined = seg.inner in self._tile_names
         k = self._tile_names.setdefault(seg.inner, k)  # one index variable per inner loops
@@ -774,7 +806,7 @@ class TritonKernel:
         self.rnumels[f"RBLOCK{k}"] = rnumel
         tile = _Tile(rname, f"RBLOCK{k}")
         inner_vars = unflatten(Expr.of(Var(rname, rnumel)), seg.inner)
-        looped = rnumel > rblock
+        looped = not known_less(rnumel, rblock + 1)  # a block may hold a row at every size
         if not looped:
             if not defined:  # else an earlier persistent segment defined it at this level
                 self.line(f"{rname} = tl.arange(0, RBLOCK{k})[None, :]")
@@ -796,7 +828,7 @@ class TritonKernel:
             body, self.lines = self.lines, loop_lines
             for acc in accs:
                 self._init(acc, tile)
-            self.line(f"for r{k}offset in range(0, {rnumel}, RBLOCK{k}):")
+            self.line(f"for r{k}offset in range(0, {size_text(rnumel, python=True)}, RBLOCK{k}):")
             self.lines += body
             for acc in accs:
                 self._finish(acc)
@@ -867,15 +899,19 @@ class TritonKernel:
     def _acc_dtype(acc: _Accumulator) -> torch.dtype:
         return torch.int32 if acc.rtype in ("any", "all") else acc.value.dtype
 
-    def _persistent(self, acc: _Accumulator, tile: _Tile, rnumel: int) -> None:
+    def _persistent(self, acc: _Accumulator, tile: _Tile, rnumel: Size) -> None:
         """A tile holding whole rows: reduce it along r at once."""
         m = f"xmask & {tile.rindex}mask"
         v = self._masked_value(acc, tile)
         n = acc.names
         if acc.rtype == "welford":
             # each row counts ``rnumel`` elements, rows past xnumel too (never stored)
-            self.line(f"{n[2]} = tl.full([{tile.xblock}, 1], {float(rnumel)}, tl.float32)")
-            self.line(f"{n[0]} = tl.sum({v}, 1)[:, None] / {float(max(rnumel, 1))}")
+            if is_static(rnumel):
+                count, divisor = float(rnumel), float(max(rnumel, 1))
+            else:  # a symbolic size is at least 2
+                count = divisor = f"({size_text(rnumel, python=True)})"
+            self.line(f"{n[2]} = tl.full([{tile.xblock}, 1], {count}, tl.float32)")
+            self.line(f"{n[0]} = tl.sum({v}, 1)[:, None] / {divisor}")
             self.line(f"{n[1]} = tl.where({m}, {acc.value} - {n[0]}, 0.0)")
             self.line(f"{n[1]} = tl.sum({n[1]} * {n[1]}, 1)[:, None]")
         elif acc.rtype in ("argmax", "argmin", "max", "min"):
@@ -1003,6 +1039,10 @@ def _is_welford(node) -> bool:
     return isinstance(data, Reduction) and data.reduction_type == "welford"
 
 
+def _numel(sizes: tuple[Size, ...]) -> Size:
+    return as_size(math.prod(sizes))
+
+
 def _column_xblock(xnumel: int, rblock: int) -> int:
     """Columns per program of a kernel reducing down columns ``rblock`` rows at a time: a
     tile's worth, halved (not below ``COLUMN_MIN_XBLOCK``) while that leaves fewer than
@@ -1024,11 +1064,13 @@ def _pow2(n: int) -> int:
 
 @dataclass(frozen=True)
 class KernelLaunch:
-    """How the wrapper calls one kernel: its grid and block sizes, fixed at compile time."""
+    """How the wrapper calls one kernel: its grid and block sizes, fixed at compile time. A
+    kernel that takes sizes (``size_params``) is called as ``(xnumel, *params, *sizes)``: its
+    launcher computes the grid of each call from ``xnumel``."""
 
     name: str
     params: tuple[str, ...]  # buffer names, in argument order
-    grid: tuple[int, ...]
+    grid: tuple[int, ...]  # with ``size_params``: the first call's, which compiles it
     meta: tuple[tuple[str, int], ...]
     num_warps: int
     dtypes: tuple[torch.dtype, ...]  # of the params' buffers: what Triton specializes on
@@ -1036,9 +1078,10 @@ class KernelLaunch:
     # what the autotuner varies: XBLOCK over ``xnumel``; an RBLOCK over its inner elements
     # when they loop (more than the block), and which params hold values from before the
     # kernel (scatter targets, mutated inputs): benchmark runs write into copies of those
-    xnumel: int
-    rnumels: tuple[tuple[str, int], ...]
+    xnumel: Size
+    rnumels: tuple[tuple[str, Size], ...]
     in_place: tuple[bool, ...]
+    size_params: tuple[str, ...] = ()  # the size symbols it takes after the buffers
 
 
 @dataclass(frozen=True)
@@ -1086,7 +1129,9 @@ class TritonModule:
             tuned = tuned_launchers(module, self.launches, self.autotune, namespace)
         untuned = [k for k in self.launches if k.name not in tuned]
         launchers = {
-            k.name: launcher_for(getattr(module, k.name), k.grid, dict(k.meta), k.num_warps)
+            k.name: launcher_for(
+                getattr(module, k.name), k.grid, dict(k.meta), k.num_warps, sizes=k.size_params
+            )
             for k in untuned
         }
         kernels = [(launchers[k.name], k.dtypes, k.device) for k in untuned]
@@ -1127,6 +1172,7 @@ def generate_triton(
             kernel.xnumel,
             tuple(kernel.rnumels.items()),
             tuple(kernel.params[p][1] and p not in plan.stored for p in params),
+            tuple(kernel.size_params),
         )
         by_step[kernel_name] = launch
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"

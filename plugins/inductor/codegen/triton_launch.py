@@ -10,6 +10,12 @@ which Triton specializes on. :class:`LeanLauncher` compiles once per alignment p
 current CUDA stream. :class:`InterpretedLauncher` keeps the plain call for Triton's
 interpreter (CPU tensors, ``TRITON_INTERPRET=1``), where nothing is compiled.
 
+A kernel of a graph with symbolic sizes also takes the sizes, after the tensors, and is
+called as ``(xnumel, *tensors, *sizes)``: :class:`SizedLeanLauncher` and
+:class:`SizedInterpretedLauncher` compute its grid at each call. Its size arguments are
+``int64`` and unspecialized (``TritonKernel.header``), so one compile per alignment pattern
+still serves every call; static kernels keep their fixed grid and launch path.
+
 A graph's kernels compile all at once when it loads (:func:`compile_at_once`), on a pool
 of threads, rather than one after the other at their first calls.
 
@@ -51,6 +57,18 @@ class InterpretedLauncher:
         """Nothing to compile: the interpreter runs the kernel's Python source."""
 
 
+class SizedInterpretedLauncher(InterpretedLauncher):
+    """``fn[grid](*tensors, *sizes, **block_sizes)``, the grid from this call's ``xnumel``."""
+
+    def __init__(self, fn, meta: dict[str, int]):
+        self._fn = fn
+        self._meta = meta
+        self._xblock = meta["XBLOCK"]
+
+    def __call__(self, xnumel: int, *args) -> None:
+        self._fn[(-(-xnumel // self._xblock),)](*args, **self._meta)
+
+
 class LeanLauncher:
     """A compiled kernel called through its launcher, with the grid and block sizes fixed."""
 
@@ -61,10 +79,13 @@ class LeanLauncher:
         meta: dict[str, int],
         num_warps: int,
         num_stages: int | None = None,
+        sizes: tuple[str, ...] = (),
     ):
         self._fn = fn
         self._grid = grid
         self._meta = meta
+        # the size arguments, by name, for compiles: any value compiles the same kernel
+        self._sizes = dict.fromkeys(sizes, 2)
         # Triton's default num_stages unless a tuned config names one
         self._options = {"num_warps": num_warps}
         if num_stages is not None:
@@ -111,13 +132,15 @@ class LeanLauncher:
             self._fn,
             dtypes,
             self._grid,
-            self._meta,
+            {**self._meta, **self._sizes},
             self._options["num_warps"],
             self._options.get("num_stages"),
         )
 
     def _warmup(self, tensors: tuple[torch.Tensor, ...]):
-        return self._fn.warmup(*tensors, grid=self._grid, **self._options, **self._meta)
+        return self._fn.warmup(
+            *tensors, grid=self._grid, **self._options, **self._meta, **self._sizes
+        )
 
     def _compile(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]) -> tuple:
         """Compile for this alignment pattern (Triton's disk cache makes a repeat cheap)."""
@@ -130,6 +153,38 @@ class LeanLauncher:
         entry = (kernel, run, kernel.function, kernel.packed_metadata, tensors[0].device.index)
         self._compiled[aligned] = entry
         return entry
+
+
+class SizedLeanLauncher(LeanLauncher):
+    """A :class:`LeanLauncher` of a kernel that takes sizes: the grid from each call's
+    ``xnumel``, the sizes passed on after the tensors."""
+
+    def __init__(
+        self,
+        fn,
+        grid: tuple[int, ...],
+        meta: dict[str, int],
+        num_warps: int,
+        num_stages: int | None,
+        sizes: tuple[str, ...],
+    ):
+        super().__init__(fn, grid, meta, num_warps, num_stages, sizes)
+        self._xblock = meta["XBLOCK"]
+        self._tensors = slice(0, -len(sizes))
+
+    def __call__(self, xnumel: int, *args) -> None:
+        tensors = args[self._tensors]
+        aligned = _alignment(tensors)
+        entry = self._compiled.get(aligned)
+        if entry is None:
+            entry = self._compile(aligned, tensors)
+        kernel, run, function, packed, device = entry
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        grid = (-(-xnumel // self._xblock), 1, 1)
+        args = (*args, *self._constexprs)
+        enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
+        metadata = kernel.launch_metadata(grid, stream, *args) if _any(enter) else None
+        run(*grid, stream, function, packed, metadata, enter, leave, *args)
 
 
 def _alignment(tensors: tuple[torch.Tensor, ...]) -> tuple[bool, ...]:
@@ -176,12 +231,20 @@ def _any(hook) -> bool:
 
 
 def launcher_for(
-    fn, grid: tuple[int, ...], meta: dict[str, int], num_warps: int, num_stages: int | None = None
+    fn,
+    grid: tuple[int, ...],
+    meta: dict[str, int],
+    num_warps: int,
+    num_stages: int | None = None,
+    sizes: tuple[str, ...] = (),
 ):
     """The launcher that fits ``fn``: interpreted under ``TRITON_INTERPRET=1`` (which has no
-    warps or stages), lean otherwise."""
+    warps or stages), lean otherwise; one computing its grid per call where ``fn`` takes
+    ``sizes`` (the names of its size arguments)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     if isinstance(fn, InterpretedFunction):
-        return InterpretedLauncher(fn, grid, meta)
+        return SizedInterpretedLauncher(fn, meta) if sizes else InterpretedLauncher(fn, grid, meta)
+    if sizes:
+        return SizedLeanLauncher(fn, grid, meta, num_warps, num_stages, sizes)
     return LeanLauncher(fn, grid, meta, num_warps, num_stages)

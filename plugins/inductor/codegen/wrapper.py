@@ -276,7 +276,9 @@ class WrapperCodegen:
             if node.name in plan.stored
         ]
         if isinstance(kernel, KernelLaunch):  # a Triton launcher takes the tensors
-            args = ", ".join(kernel.params)
+            # and, where the kernel takes sizes, the extent of its grid first and them last
+            xnumel = [size_text(kernel.xnumel, python=True)] if kernel.size_params else []
+            args = ", ".join([*xnumel, *kernel.params, *kernel.size_params])
         else:
             pointers = [f"{name}.data_ptr()" for name, _ in kernel.params]
             args = ", ".join([*pointers, *kernel.size_params])
