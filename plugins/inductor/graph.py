@@ -423,6 +423,8 @@ class GraphLowering(Interpreter):
                     # a plain number beside tensors (attention's max sequence lengths) comes
                     # from the static shapes tracing saw: the same on every call of this graph
                     results.append(m)
+                elif isinstance(m, (torch.SymInt, torch.SymFloat)):
+                    results.append(as_size(m))  # the same, of symbolic sizes: an expression
                 else:
                     raise NotImplementedYet(
                         f"{op_name} returns a {type(m).__name__} inside a tuple; the inductor "

@@ -218,3 +218,27 @@ def test_batch_norm_training_takes_its_saved_scalars_as_expressions_of_the_sizes
             torch.testing.assert_close(p.grad, q.grad)
             p.grad = q.grad = None
     assert torchkiln.counters["static_shapes"]["specializations"] == 0
+
+
+@torch.library.custom_op("kiln_symbolic::doubled_and_rows", mutates_args=())
+def doubled_and_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return x * 2, x.shape[0]
+
+
+@doubled_and_rows.register_fake
+def _(x):
+    return x * 2, x.shape[0]
+
+
+def test_an_extern_call_returning_a_size_beside_tensors():
+    """CUDA attention returns its max sequence lengths so: SymInts in a symbolic graph."""
+
+    def fn(x):
+        doubled, rows = doubled_and_rows(x)
+        return doubled + rows
+
+    compiled = torchkiln.compile(fn, dynamic=True, fullgraph=True)
+    for n in (3, 5, 8):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert torchkiln.counters["static_shapes"]["specializations"] == 0
