@@ -173,6 +173,8 @@ class SizedLeanLauncher(LeanLauncher):
         self._tensors = slice(0, -len(sizes))
 
     def __call__(self, xnumel: int, *args) -> None:
+        # LeanLauncher.__call__'s steps, inlined with a grid per call: a shared helper would
+        # cost every static kernel's launch a Python call more
         tensors = args[self._tensors]
         aligned = _alignment(tensors)
         entry = self._compiled.get(aligned)

@@ -11,7 +11,13 @@ os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels r
 
 import pytest
 import torch
-from test_symbolic_sizes import CASES, SIZES, Block, fresh_state  # noqa: F401 (autouse)
+from test_symbolic_sizes import (  # noqa: F401 (fresh_state: autouse)
+    CASES,
+    SIZES,
+    Block,
+    fresh_state,
+    train_block_like_eager,
+)
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import torchkiln
@@ -156,15 +162,5 @@ def test_block_compiles_once_for_every_length():
         for t in LENGTHS:
             x = torch.randn(2, t, 32)
             torch.testing.assert_close(compiled(x), twin(x))
-    for t in LENGTHS:
-        x = torch.randn(2, t, 32, requires_grad=True)
-        x_twin = x.detach().clone().requires_grad_()
-        out, expected = compiled(x), twin(x_twin)
-        out.square().mean().backward()
-        expected.square().mean().backward()
-        torch.testing.assert_close(out, expected)
-        torch.testing.assert_close(x.grad, x_twin.grad)
-        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
-            p.grad = q.grad = None
+    train_block_like_eager(compiled, model, twin, LENGTHS)
     assert torchkiln.counters["static_shapes"]["specializations"] == 0
