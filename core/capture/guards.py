@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._device import DeviceContext
 
 from torchkiln import config
 from torchkiln.disk_cache import Uncacheable, stable_name
@@ -305,6 +306,29 @@ class GuardSet:
         call = f"{name}({', '.join(call_args)})"
         self.add(f"{call} == {self.literal(value)}", COST_GLOBAL_STATE, f"{call} == {value!r}")
 
+    def function_modes(self) -> None:
+        """Torch function modes (``torch.set_default_device``'s, a user's) change what torch
+        calls return, and tracing bakes their effect into the graph: guard the stack's mode
+        types, as torch.compile does, and the default device by value. No mode: one C call."""
+        stack = torch.overrides._get_current_function_mode_stack()
+        if not stack:
+            self._state_flag(torch._C._len_torch_function_stack, False, "torch function modes")
+            return
+        fn = self.bind(function_mode_types, "modes")
+        names = ", ".join(self.bind(type(mode), "mode") for mode in stack)
+        described = ", ".join(type(mode).__name__ for mode in stack)
+        self.add(
+            f"{fn}() == ({names},)", COST_GLOBAL_STATE, f"torch function modes are {described}"
+        )
+        if any(isinstance(mode, DeviceContext) for mode in stack):
+            device = torch.get_default_device()
+            fn = self.bind(torch.get_default_device, "default_device")
+            self.add(
+                f"{fn}() == {self.bind(device, 'dev')}",
+                COST_GLOBAL_STATE,
+                f"default device is {device}",
+            )
+
     def default_dtype(self) -> None:
         dtype = torch.get_default_dtype()
         fn = self.bind(torch.get_default_dtype, "default_dtype")
@@ -444,6 +468,11 @@ def _device_check(source: str, device: torch.device, guards: GuardSet) -> str:
     if device.type == "cuda" and device.index is not None:
         return f"({source}.is_cuda and {source}.get_device() == {device.index})"
     return f"{source}.device == {guards.bind(device, 'dev')}"
+
+
+def function_mode_types() -> tuple[type, ...]:
+    """The types of the torch function modes on the stack, innermost last."""
+    return tuple(type(mode) for mode in torch.overrides._get_current_function_mode_stack())
 
 
 #: Device types whose autocast state ``autocast_state`` reads.

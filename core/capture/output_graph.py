@@ -108,6 +108,7 @@ class OutputGraph:
         self._input_storages: set[int] = set()
         guards.grad_mode(self.grad_enabled)
         guards.default_dtype()
+        guards.function_modes()
         guards.torch_state()
 
     # -- graph building -------------------------------------------------------
