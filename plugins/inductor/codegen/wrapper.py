@@ -129,7 +129,7 @@ class WrapperCodegen:
     def _last_reads(self) -> dict[str, int]:
         last: dict[str, int] = {}
         for i, step in enumerate(self.schedule.steps):
-            for name in self._reads_of(step):
+            for name in sorted(self._reads_of(step)):  # stable source across hash seeds
                 buf = self._buf(name)
                 parent = getattr(buf, "parent", None)
                 last[name] = i
