@@ -401,10 +401,22 @@ class TritonOpsHandler:
         return out
 
     def indirect_indexing(self, x: TritonValue, size: Size, wrap: bool = True) -> TritonValue:
+        """An index read at run time, negative ones counted from the end. One outside
+        ``[0, size)`` fails a device-side assert where it is read (as eager's CUDA
+        kernels do), so no access leaves the buffer unnoticed; the kernel is compiled
+        with Triton's ``debug`` on, which keeps its asserts."""
         idx = self.emit(f"{x}.to(tl.int64)", torch.int64, x.dims)
+        numel = size_text(size, python=True)
         if wrap:
-            size = size_text(size, python=True)
-            idx = self.emit(f"tl.where({idx} < 0, {idx} + {size}, {idx})", torch.int64, x.dims)
+            idx = self.emit(f"tl.where({idx} < 0, {idx} + {numel}, {idx})", torch.int64, x.dims)
+        in_range = f"(0 <= {idx}) & ({idx} < {numel})"
+        mask = self.mask(x.dims)
+        check = f"({in_range}) | ~({mask})" if mask else in_range
+        if f"assert|{check}" not in self.tile.cse:
+            self.tile.cse[f"assert|{check}"] = idx
+            message = f"index out of bounds: 0 <= {idx} < {numel}"
+            self.kernel.line(f'tl.device_assert({check}, "{message}")')
+            self.kernel.checks_indices = True
         return idx
 
     def rand(self, seed_index: int, offset: Expr, dtype: torch.dtype) -> TritonValue:
@@ -653,6 +665,7 @@ class TritonKernel:
         self.rnumels: dict[str, Size] = {}  # RBLOCK constexpr -> its segments' inner elements
         #: the size symbols the kernel takes as ``int64`` arguments, after ``header``
         self.size_params: list[str] = []
+        self.checks_indices = False  # asserts that run-time indices are in range
         self._stored: set[str] = set()
         self._tmp = 0
 
@@ -728,9 +741,10 @@ class TritonKernel:
         self.size_params = [s.name for s in symbols_in(body, self.graph.size_sources)]
         sizes = [f"{s}: tl.int64" for s in self.size_params]
         consts = [f"{name}: tl.constexpr" for name in constexprs]
-        jit = "@triton.jit"
-        if self.size_params:
-            jit += f"(do_not_specialize={self.size_params})"
+        options = [f"do_not_specialize={self.size_params}"] if self.size_params else []
+        if self.checks_indices:  # keeps its asserts (``triton_launch.compile_options``)
+            options.append("debug=True")
+        jit = f"@triton.jit({', '.join(options)})" if options else "@triton.jit"
         head = [jit, f"def KERNEL_NAME({', '.join(names + sizes + consts)}):"]
         return head, [name for name, _ in ordered]
 

@@ -43,6 +43,14 @@ def use_triton_cache(cache_root) -> None:
         os.environ["TRITON_CACHE_DIR"] = str(cache_root / "triton")
 
 
+def compile_options(fn) -> dict[str, bool]:
+    """Triton options beyond warps and stages. A kernel that checks run-time indices
+    (``@triton.jit(debug=True)``, which keeps ``tl.device_assert``) is compiled without
+    Triton's integer-overflow checks, which ``debug`` would also add: they would flag the
+    wrap-around of int32 arithmetic that eager allows, and slow the kernel."""
+    return {"sanitize_overflow": False} if getattr(fn, "debug", False) else {}
+
+
 class InterpretedLauncher:
     """``fn[grid](*tensors, **block_sizes)``: Triton's interpreter runs the kernel in Python."""
 
@@ -87,7 +95,7 @@ class LeanLauncher:
         # the size arguments, by name, for compiles: any value compiles the same kernel
         self._sizes = dict.fromkeys(sizes, 2)
         # Triton's default num_stages unless a tuned config names one
-        self._options = {"num_warps": num_warps}
+        self._options = {"num_warps": num_warps, **compile_options(fn)}
         if num_stages is not None:
             self._options["num_stages"] = num_stages
         self._grid3 = (*grid, 1, 1)[:3]

@@ -40,6 +40,8 @@ from typing import Any
 
 from torchkiln import counters, logs
 
+from .triton_launch import compile_options
+
 #: most worker processes (each imports torch and Triton once)
 MAX_WORKERS = 16
 
@@ -260,11 +262,12 @@ def _compile(job: CompileJob, cache_dir: str | None, modules: dict[str, Any]) ->
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules[job.path] = module
-    options: dict[str, Any] = {"num_warps": job.num_warps}
+    fn = getattr(module, job.name)
+    options: dict[str, Any] = {"num_warps": job.num_warps, **compile_options(fn)}
     if job.num_stages is not None:
         options["num_stages"] = job.num_stages
     dtypes = [getattr(torch, d) for d in job.dtypes]
-    kernel = getattr(module, job.name).warmup(*dtypes, grid=job.grid, **options, **dict(job.meta))
+    kernel = fn.warmup(*dtypes, grid=job.grid, **options, **dict(job.meta))
     _build_launcher(kernel)
 
 
