@@ -270,12 +270,19 @@ class GuardSet:
     def torch_state(self) -> None:
         """Global torch state that changes what the graph computes, guarded as torch.compile does.
 
-        Inference mode, deterministic algorithms and autocast (per device: enabled, dtype;
-        and its cache) are read at capture time by tracing and by backends that bake casts
-        or kernels into compiled code. The common case (all off) costs one C call each.
+        Inference mode, deterministic algorithms, TF32 in float32 matmuls and convolutions
+        (the inductor bakes it into attention rewrites and Triton templates) and autocast
+        (per device: enabled, dtype; and its cache) are read at capture time by tracing and
+        by backends that bake casts or kernels into compiled code. The common case costs
+        one C call each.
         """
         inference = torch.is_inference_mode_enabled()
         self._state_flag(torch._C.is_inference_mode_enabled, inference, "inference mode")
+        for query, what in (
+            (torch._C._get_cublas_allow_tf32, "TF32 in float32 matmuls"),
+            (torch._C._get_cudnn_allow_tf32, "TF32 in float32 convolutions"),
+        ):
+            self._state_flag(query, query(), what)
         deterministic = torch.are_deterministic_algorithms_enabled()
         self._state_flag(
             torch._C._get_deterministic_algorithms, deterministic, "deterministic algorithms"
