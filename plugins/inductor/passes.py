@@ -5,7 +5,8 @@
   same-dtype conversions), except where the result is a graph output (an
   output must not become an alias of something else).
 * :func:`fold_constants` evaluates nodes whose tensor inputs are all
-  constants (``get_attr``) once, at compile time.
+  constants (``get_attr``), and factory ops (``arange``, ``full``), once, at
+  compile time.
 * :func:`eliminate_common_subexpressions` merges nodes that compute the same
   value (the same pure op on the same arguments): a mask that ``transformers``
   hands every attention layer, made contiguous before each call, is one buffer
@@ -102,8 +103,27 @@ def _is_random(node: Node) -> bool:
     return packet is not None and packet.__name__ in _RANDOM_PACKETS
 
 
+#: ops whose value depends on their arguments alone (no tensor inputs): folded as
+#: ops of constants are, so that what a graph builds from them (transformers builds its
+#: causal mask from ``arange`` through ``cumsum``, ``index`` and compares: five kernels a
+#: call) is computed once
+_FACTORIES = {
+    aten.arange.default,
+    aten.arange.start,
+    aten.arange.start_step,
+    aten.full.default,
+    aten.ones.default,
+    aten.zeros.default,
+    aten.scalar_tensor.default,
+}
+#: the most elements a folded value may have: the compiled graph keeps it for good
+MAX_FOLDED_ELEMENTS = 1 << 20
+
+
 def fold_constants(gm: GraphModule) -> int:
-    """Replace nodes computed only from constant tensors by new constant attributes."""
+    """Replace nodes computed only from constant tensors (or by a factory op) by new
+    constant attributes; not a node the graph returns (its caller would get the same
+    tensor at every call) nor one of more than ``MAX_FOLDED_ELEMENTS``."""
     constants: dict[Node, torch.Tensor] = {}
     for node in gm.graph.nodes:
         if node.op == "get_attr":
@@ -112,17 +132,11 @@ def fold_constants(gm: GraphModule) -> int:
                 constants[node] = value
     folded = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or _is_random(node):
-            continue
-        inputs = node.all_input_nodes
-        if not inputs or not all(n in constants for n in inputs):
-            continue
-        schema = getattr(node.target, "_schema", None)
-        if schema is not None and schema.is_mutable:
+        if not _foldable(node, constants):
             continue
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: constants[n])
         value = node.target(*args, **kwargs)
-        if not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or value.numel() > MAX_FOLDED_ELEMENTS:
             continue
         name = f"_folded_constant_{folded}"
         while hasattr(gm, name):
@@ -135,7 +149,26 @@ def fold_constants(gm: GraphModule) -> int:
         gm.graph.erase_node(node)
         constants[new] = value
         folded += 1
+    for node in list(constants):  # intermediates whose users were all folded
+        if not node.users and node.target.startswith("_folded_constant_"):
+            gm.graph.erase_node(node)
+            delattr(gm, node.target)
     return folded
+
+
+def _foldable(node: Node, constants: dict[Node, torch.Tensor]) -> bool:
+    if node.op != "call_function" or _is_random(node):
+        return False
+    if any(user.op == "output" for user in node.users):
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return False
+    inputs = node.all_input_nodes
+    if not inputs:
+        symbolic = any(isinstance(a, (torch.SymInt, torch.SymFloat)) for a in node.args)
+        return node.target in _FACTORIES and not symbolic
+    return all(n in constants for n in inputs)
 
 
 def _is_pure(node: Node) -> bool:

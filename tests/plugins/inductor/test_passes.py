@@ -3,7 +3,9 @@
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import torchkiln
 from torchkiln_inductor.passes import (
+    MAX_FOLDED_ELEMENTS,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     fold_constants,
@@ -43,6 +45,45 @@ def test_constant_subgraph_is_folded():
     assert folded >= 1 and aten.exp.default not in targets(gm)
     x = torch.randn(6)
     torch.testing.assert_close(gm(x), fn(x))
+
+
+def causal_mask_like_transformers(x):
+    """The mask GPT-2 builds from nothing but sizes: ``arange`` through ``cumsum``,
+    ``index`` and compares (five kernels a call, unless folded)."""
+    pos = torch.arange(x.shape[1]).unsqueeze(0).expand(x.shape[0], -1)
+    seq = torch.cat([pos[:, :1] - 1, pos], -1).diff(dim=-1).ne(1).cumsum(-1)
+    rows, cols = torch.arange(x.shape[1]).view(-1, 1), torch.arange(x.shape[1]).view(1, -1)
+    mask = (cols <= rows) & (seq[:, None, :, None] == seq[:, None, None, :])
+    return x.masked_fill(~mask[:, 0], 0.0)
+
+
+def test_factory_rooted_subgraph_is_folded_and_its_attributes_kept_lean():
+    x = torch.randn(2, 8, 8)
+    gm = make_fx(causal_mask_like_transformers)(x)
+    assert fold_constants(gm) >= 5
+    eliminate_dead_code(gm)
+    gm.recompile()
+    assert aten.cumsum.default not in targets(gm) and aten.arange.default not in targets(gm)
+    folded = [name for name, _ in gm.named_buffers() if name.startswith("_folded_constant_")]
+    assert len(folded) == sum(n.op == "get_attr" for n in gm.graph.nodes)
+    x = torch.randn(2, 8, 8)
+    torch.testing.assert_close(gm(x), causal_mask_like_transformers(x))
+
+
+def test_a_returned_factory_value_is_a_new_tensor_at_every_call():
+    def fn(x):
+        return x + 1, torch.arange(4.0) * 2
+
+    compiled = torchkiln.compile(fn)
+    first = compiled(torch.randn(4))[1]
+    first.add_(100)  # the caller owns its outputs
+    torch.testing.assert_close(compiled(torch.randn(4))[1], torch.arange(4.0) * 2)
+
+
+def test_a_large_factory_value_is_not_folded():
+    n = MAX_FOLDED_ELEMENTS + 1
+    gm = make_fx(lambda x: x + torch.zeros(n).exp())(torch.randn(n))
+    assert fold_constants(gm) == 0
 
 
 def test_a_mask_made_contiguous_for_every_layer_is_one_buffer():
