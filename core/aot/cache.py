@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.utils._device import DeviceContext
 
 import torchkiln
 from torchkiln import logs
@@ -146,10 +147,16 @@ def inputs_fingerprint(args: list) -> str:
 
 
 def _global_state() -> str:
-    """Global settings tracing bakes into a graph (autocast: every device's dtype too)."""
+    """Global settings tracing or a backend bakes into a graph (autocast: every device's
+    dtype too; TF32; the default device). A user's torch function mode changes what
+    tracing records in ways its type alone does not name: such graphs are not stored."""
+    modes = torch.overrides._get_current_function_mode_stack()
+    if any(not isinstance(mode, DeviceContext) for mode in modes):
+        raise Uncacheable("a torch function mode is active")
     return (
         f"{torch.get_default_dtype()}|{autocast_state()}|{torch.is_inference_mode_enabled()}|"
-        f"{torch.are_deterministic_algorithms_enabled()}"
+        f"{torch.are_deterministic_algorithms_enabled()}|{torch._C._get_cublas_allow_tf32()}|"
+        f"{torch._C._get_cudnn_allow_tf32()}|{torch.get_default_device() if modes else ''}"
     )
 
 

@@ -4,7 +4,8 @@
 default one; a user's ``TorchFunctionMode`` can change any call. Tracing bakes both into
 the graph, so a cache entry captured under one stack gave stale answers under another
 (``torch.ones(3)`` stayed on the old device; a mode's effect stayed after its ``with``
-block ended, or was missing inside it).
+block ended, or was missing inside it). The AOT layer's plan cache on disk, keyed by the
+captured graph's text, gave a graph traced under a mode to calls without it.
 """
 
 from __future__ import annotations
@@ -75,3 +76,27 @@ def test_a_new_instance_of_the_same_mode_reuses_the_entry():
         with AddHundred():
             torch.testing.assert_close(compiled(x), uses_add(x))
     assert counters["recompiles"]["total"] == 0
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_graph_traced_under_a_mode_is_not_reused_from_disk_without_it(
+    backend, tmp_path, monkeypatch
+):
+    """The plan cache keys graphs by their text, which a mode's effect is not part of."""
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    x = torch.randn(4)
+    torchkiln.reset()
+    with AddHundred():
+        torch.testing.assert_close(torchkiln.compile(uses_add, backend=backend)(x), uses_add(x))
+    torchkiln.reset()  # what a new process has: the disk caches
+    torch.testing.assert_close(torchkiln.compile(uses_add, backend=backend)(x), uses_add(x))
+
+
+def test_the_plan_cache_key_names_the_default_device():
+    """A graph traced under another default device bakes other devices into its factories
+    (``torch.ones(3)`` in the captured graph, ``device=meta`` in the traced one)."""
+    from torchkiln.aot.cache import _global_state
+
+    cpu = _global_state()
+    torch.set_default_device("meta")
+    assert _global_state() != cpu
