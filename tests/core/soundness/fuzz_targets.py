@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 import torchkiln
 
@@ -41,7 +42,21 @@ ENV_VALUES: dict[str, tuple] = {
     "inference": (False, True),
     "default_dtype": (F32, F64),
     "deterministic": (False, True),
+    "function_mode": (False, True),  # a user's torch function mode (PlusOne) on the stack
 }
+
+
+class PlusOne(TorchFunctionMode):
+    """A user's torch function mode: adds 1 to what a floating-point addition returns."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _ADDITIONS and isinstance(out, torch.Tensor) and out.is_floating_point():
+            return out + 1
+        return out
+
+
+_ADDITIONS = (torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__)
 
 
 @dataclasses.dataclass
@@ -53,6 +68,7 @@ class Env:
     inference: bool = False
     default_dtype: torch.dtype = F32
     deterministic: bool = False
+    function_mode: bool = False
     #: Set for one call by a config mutation (0: "never compile, run eagerly").
     cache_size_limit: int | None = None
 
@@ -62,9 +78,11 @@ class Env:
 
     @contextlib.contextmanager
     def thread_local(self) -> Iterator[None]:
-        """Grad mode, autocast and inference mode: each thread has its own."""
+        """Grad mode, autocast, inference mode and torch function modes: each thread has its own."""
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.set_grad_enabled(self.grad))
+            if self.function_mode:
+                stack.enter_context(PlusOne())
             if self.autocast is not None:
                 stack.enter_context(torch.autocast("cpu", dtype=self.autocast))
             if self.inference:
