@@ -178,7 +178,15 @@ def log_break(reason: str, location: str | None, kind: str) -> None:
 
 
 def on_miss(fn: types.FunctionType, cfg: CaptureConfig, cache: FrameCache, args: tuple) -> Any:
-    """No entry matched: recompile (or hit the limit and run eagerly), one thread at a time."""
+    """No entry matched: recompile (or hit the limit and run eagerly), one thread at a time.
+
+    Under a torch dispatch mode (a user's, or a tracer's fake or proxy mode) the frame runs
+    as written, as torch.compile's does: the mode sees every aten op, which compiled code
+    would hide from it, and a capture would trace the mode's effect into the graph. Every
+    entry's guards fail while one is active."""
+    if torch._C._len_torch_dispatch_stack():
+        counters["eager_fallback"]["dispatch_mode"] += 1
+        return cache.call_original(fn, *args)
     with compile_lock:
         run = _run_for_miss(fn, cfg, cache, args)
     return run(fn, *args)

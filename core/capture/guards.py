@@ -278,6 +278,8 @@ class GuardSet:
         """
         inference = torch.is_inference_mode_enabled()
         self._state_flag(torch._C.is_inference_mode_enabled, inference, "inference mode")
+        # no entry runs under a dispatch mode (``dispatch.on_miss`` runs the frame as written)
+        self._state_flag(torch._C._len_torch_dispatch_stack, False, "torch dispatch modes")
         for query, what in (
             (torch._C._get_cublas_allow_tf32, "TF32 in float32 matmuls"),
             (torch._C._get_cudnn_allow_tf32, "TF32 in float32 convolutions"),
