@@ -137,7 +137,7 @@ def fold_constants(gm: GraphModule) -> int:
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: constants[n])
         value = node.target(*args, **kwargs)
         if not isinstance(value, torch.Tensor) or value.numel() > MAX_FOLDED_ELEMENTS:
-            continue
+            continue  # a node without a traced value, found too large once computed
         name = f"_folded_constant_{folded}"
         while hasattr(gm, name):
             name += "_"
@@ -161,6 +161,10 @@ def _foldable(node: Node, constants: dict[Node, torch.Tensor]) -> bool:
         return False
     if any(user.op == "output" for user in node.users):
         return False
+    traced = _meta(node)
+    numel = traced.numel() if traced is not None else None
+    if type(numel) is int and numel > MAX_FOLDED_ELEMENTS:  # a symbolic one: no guard here
+        return False  # not computed at all: a large factory may not fit beside the model
     schema = getattr(node.target, "_schema", None)
     if schema is not None and schema.is_mutable:
         return False
