@@ -4,9 +4,10 @@
 partition: the graph becomes a Relax function (a ``BlockBuilder`` function with one
 dataflow block, ``get_attr`` constants as ``relax.const``, each node through
 :data:`torchkiln_tvm.converters.CONVERTERS`), ``tvm.compile`` builds it for the target
-(``llvm`` with the host's ``-mcpu``, its matmuls and convolutions calling torch's kernels
-(:mod:`torchkiln_tvm.extern`) and its other kernels given a default schedule or tuned ones;
-``cuda``, whose default pipeline applies dlight's GPU schedules), and
+(``llvm`` with the host's ``-mcpu``, or ``cuda``; its matmuls and convolutions calling
+torch's kernels (:mod:`torchkiln_tvm.extern`) and its other kernels given a default
+schedule (:mod:`torchkiln_tvm.schedule` on CPU, dlight's GPU rules through
+:mod:`torchkiln_tvm.gpu_schedule` on CUDA) or tuned ones), and
 :class:`~torchkiln_tvm.runtime.TVMGraph` runs it in a ``relax.VirtualMachine``.
 """
 
@@ -25,7 +26,7 @@ from torchkiln import logs
 from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import InvalidOptionError, KilnError
 from torchkiln.index_checks import index_checks
-from torchkiln_tvm import schedule, targets, tuning
+from torchkiln_tvm import gpu_schedule, schedule, targets, tuning
 from torchkiln_tvm.converters import (
     CONSTANT_OPS,
     CONVERTERS,
@@ -79,40 +80,44 @@ def compile_aten_graph(
 ) -> Callable:
     """Compile a functional aten graph to ``compiled(*flat_tensors) -> list``.
 
-    On CPU, ``tuning_trials > 0`` builds the kernels with MetaSchedule's schedules
+    ``tuning_trials > 0`` builds the kernels with MetaSchedule's schedules
     (:mod:`torchkiln_tvm.tuning`, records in ``cache_dir``, at most
-    ``tuning_time_budget_s`` seconds of tuning a graph), and ``default_schedule`` the
-    others with a fixed loop order and vectorization (:mod:`torchkiln_tvm.schedule`);
-    ``extern_ops`` has the matmuls and convolutions of a CPU graph call torch's kernels;
-    ``fast_math``, its float32 ``exp``, ``tanh`` and ``erf`` are polynomials
+    ``tuning_time_budget_s`` seconds of tuning a graph); on CPU ``default_schedule``
+    gives the others a fixed loop order and vectorization (:mod:`torchkiln_tvm.schedule`),
+    on CUDA dlight's rules schedule them (:mod:`torchkiln_tvm.gpu_schedule`);
+    ``extern_ops`` has the matmuls and convolutions call torch's kernels; on CPU
+    ``fast_math`` makes float32 ``exp``, ``tanh`` and ``erf`` polynomials
     (:mod:`torchkiln_tvm.fastmath`).
     """
     device = graph_device(gm)
     tvm_target = targets.resolve(target, device)
-    mod, copies = to_relax(gm, extern_ops=extern_ops and tvm_target.kind.name == "llvm")
+    mod, copies = to_relax(gm, extern_ops=extern_ops)
     if logs.enabled("output_code"):
         logs.artifact("output_code", "tvm relax module:\n%s", mod.script())
+    cpu = tvm_target.kind.name == "llvm"
+    if not cpu:
+        check_cpu_only_options(default_schedule=default_schedule, fast_math=fast_math)
     with tvm.transform.PassContext(opt_level=opt_level):
-        if tvm_target.kind.name == "llvm":
-            database = None
-            if tuning_trials:
-                database, tvm_target = tuning.tuned_records(
-                    mod,
-                    tvm_target,
-                    trials=tuning_trials,
-                    time_budget_s=tuning_time_budget_s,
-                    cache_dir=cache_dir,
-                    fast_math=fast_math,
-                )
+        database = None
+        if tuning_trials:
+            database, tvm_target = tuning.tuned_records(
+                mod,
+                tvm_target,
+                trials=tuning_trials,
+                time_budget_s=tuning_time_budget_s,
+                cache_dir=cache_dir,
+                fast_math=fast_math and cpu,
+            )
+        if cpu:
             pipeline = schedule.cpu_pipeline(
                 tvm_target,
                 database=database,
                 default_schedule=default_schedule,
                 fast_math=fast_math,
             )
-            executable = tvm.compile(mod, target=tvm_target, relax_pipeline=pipeline)
         else:
-            executable = tvm.compile(mod, target=tvm_target)
+            pipeline = gpu_schedule.gpu_pipeline(tvm_target, database=database)
+        executable = tvm.compile(mod, target=tvm_target, relax_pipeline=pipeline)
     return TVMGraph(executable, device, output_values(gm), copies, index_checks(gm))
 
 
@@ -133,7 +138,7 @@ def graph_device(gm: fx.GraphModule) -> torch.device:
 
 
 def output_values(gm: fx.GraphModule) -> list[torch.Tensor]:
-    output = next(reversed(gm.graph.nodes))
+    output = gm.graph.output_node()
     return [n.meta["val"] for n in tree_leaves(output.args[0])]
 
 
@@ -155,7 +160,7 @@ def to_relax(
         struct = relax.TensorType(list(value.shape), dtype_name(value.dtype))
         params.append(relax.Var(node.name, struct))
         cx.values[node] = params[-1]
-    output = next(reversed(gm.graph.nodes))
+    output = gm.graph.output_node()
     outputs = list(tree_leaves(output.args[0]))
     with bb.function("main", params):
         with bb.dataflow():
@@ -202,13 +207,28 @@ def check_shapes(mod: tvm.IRModule, outputs: list[fx.Node], gm: fx.GraphModule) 
             )
 
 
+def check_cpu_only_options(*, default_schedule: bool, fast_math: bool) -> None:
+    """Turning off ``default_schedule`` or ``fast_math`` means nothing on CUDA: say so."""
+    if not (default_schedule and fast_math):
+        name = "default_schedule" if not default_schedule else "fast_math"
+        raise InvalidOptionError(
+            f"option {name!r} of backend 'tvm' applies to CPU targets only: on CUDA every "
+            "kernel takes dlight's schedule, and exp, tanh and erf are the GPU's own; "
+            f"leave {name} at its default"
+        )
+
+
 def check_options(options: Mapping[str, Any]) -> None:
     """What the option schema can't check, before any partition is compiled (whose
-    errors send it to the next backend): that the target runs here, that tuning can, and
-    that no tuning option is given without ``tuning_trials`` (it would do nothing)."""
-    tvm_target = None
-    if options.get("target") is not None:
-        tvm_target = targets.resolve(options["target"], None)
+    errors send it to the next backend): that the target runs here, that no CPU-only
+    option is turned off for a CUDA target, that tuning can, and that no tuning option is
+    given without ``tuning_trials`` (it would do nothing)."""
+    target = options.get("target")
+    if target is not None and targets.resolve(target, None).kind.name != "llvm":
+        check_cpu_only_options(
+            default_schedule=options.get("default_schedule", True),
+            fast_math=options.get("fast_math", True),
+        )
     if not options.get("tuning_trials"):
         given = [
             name for name in ("tuning_time_budget_s", "cache_dir") if options.get(name) is not None
@@ -220,8 +240,3 @@ def check_options(options: Mapping[str, Any]) -> None:
             )
         return
     tuning.check_usable()
-    if tvm_target is not None and tvm_target.kind.name != "llvm":
-        raise InvalidOptionError(
-            f"the tvm backend tunes CPU ('llvm') kernels only, not {tvm_target.kind.name!r}: "
-            "pass tuning_trials=0 with this target"
-        )

@@ -1,14 +1,15 @@
-"""torch's own CPU kernels for matmuls and convolutions, called from compiled Relax modules.
+"""torch's own kernels for matmuls and convolutions, called from compiled Relax modules.
 
-The apache-tvm wheel has no BLAS (no cblas, MKL or DNNL): its matmuls and convolutions
-are TVM's own loops, about 10x slower than torch's MKL / oneDNN kernels (256x1024 @
-1024x1024, one thread: 37 ms against 3.5 ms). With the backend's
-``extern_ops`` option (on by default, CPU targets) the converters emit
+The apache-tvm wheel has no BLAS (no cblas, MKL, DNNL or cuBLAS): its matmuls and
+convolutions are TVM's own loops, about 10x slower than torch's MKL / oneDNN kernels on
+CPU (256x1024 @ 1024x1024, one thread: 37 ms against 3.5 ms). With the backend's
+``extern_ops`` option (on by default, CPU and CUDA) the converters emit
 ``R.call_dps_packed`` of the global functions below instead of ``R.matmul`` and
 ``R.nn.conv*d``. The VM passes the operands and the destination buffer it planned as
 DLPack tensors; ``torch.from_dlpack`` views them without copies (Relax tensors are
 compact row-major, so the views are contiguous) and torch computes into the destination,
-on its own intra-op threads; a convolution (``R.call_pure_packed``) returns torch's
+on its own intra-op threads or its current CUDA stream (the VM's too:
+:class:`torchkiln_tvm.runtime.TVMGraph`); a convolution (``R.call_pure_packed``) returns torch's
 result instead, which the VM takes through DLPack. MetaSchedule never sees these calls:
 only TIR kernels are tuning tasks.
 

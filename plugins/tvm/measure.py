@@ -13,6 +13,7 @@ round as well as between rounds.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import subprocess
@@ -25,6 +26,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerResult
 from tvm.s_tir.meta_schedule.runner.runner import PyRunnerFuture
+
+log = logging.getLogger("torchkiln.tvm")
 
 #: How each candidate is timed: the mean of ``number`` runs, at least ``min_repeat_ms``.
 EVALUATOR = {"number": 3, "repeat": 1, "min_repeat_ms": 20, "enable_cpu_cache_flush": False}
@@ -93,6 +96,14 @@ class Worker:
             self.restarts += 1
             return None, why
         return answer.get("seconds"), answer.get("error")
+
+    def warm_up(self, target: str, timeout_s: float) -> None:
+        """Have the worker import TVM and open ``target``'s device (a CUDA context: seconds)
+        before the first candidate, whose timeout would otherwise pay for it: the default
+        schedule, measured first, then failed and tuning replaced it with slower ones."""
+        _, error = self.measure({"warm_up": target}, timeout_s)
+        if error is not None:
+            log.warning("tvm: the tuning worker did not start: %s", error)
 
 
 @derived_object
@@ -166,6 +177,10 @@ class WorkerRunner(PyRunner):
         return RunnerResult(seconds, None)
 
 
+def device_of(target: tvm.target.Target) -> tvm.runtime.Device:
+    return tvm.cpu(0) if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
+
+
 def _serve() -> None:
     """The worker's loop: one JSON request a line on stdin, one answer a line on stdout."""
     out = os.fdopen(os.dup(1), "w")
@@ -178,13 +193,18 @@ def _serve() -> None:
     fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
     for line in sys.stdin:
         request = json.loads(line)
+        if "warm_up" in request:
+            tvm.runtime.empty((1,), device=device_of(tvm.target.Target(request["warm_up"])))
+            out.write(json.dumps({"seconds": []}) + "\n")
+            out.flush()
+            continue
         try:
             target = tvm.target.Target(request["target"])
             mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(
                 tvm.ir.load_json(request["mod"])
             )
             kernel = tvm.tirx.build(mod, target=target)
-            device = tvm.cpu(0)
+            device = device_of(target)
             args = alloc_argument_common(fill, device, request["args"], 1)
             start = time.monotonic()
             seconds = run_evaluator_common(kernel, device, evaluator, args)

@@ -8,7 +8,7 @@ with the next backend of the chain (``backend=["tvm", "inductor"]``; eager when 
 named alone). Tagged experimental: its CPU code, with the default schedule
 (``torchkiln_tvm.schedule``) or tuned by MetaSchedule (``mode="max-autotune"``,
 ``torchkiln_tvm.tuning``), is at eager's speed on the zoo's geomean but slower on some
-models, and its CUDA path is untested.
+models.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ OPTIONS = (
     Option(
         "extern_ops",
         True,
-        "on CPU, have matmuls (mm, bmm, addmm) and convolutions call torch's own kernels "
-        "(MKL / oneDNN; the TVM wheel has no BLAS) from the compiled module; False: TVM's "
-        "own loops, scheduled or tuned like the other kernels",
+        "have matmuls (mm, bmm, addmm) and convolutions call torch's own kernels (MKL / "
+        "oneDNN on CPU, cuBLAS / cuDNN on CUDA; the TVM wheel has no BLAS) from the compiled "
+        "module; False: TVM's own kernels, scheduled or tuned like the others",
         type=bool,
     ),
     Option(
@@ -62,8 +62,8 @@ OPTIONS = (
     Option(
         "tuning_trials",
         0,
-        "MetaSchedule candidates measured over the graph's CPU kernels that have no record "
-        "yet (0: no tuning)",
+        "MetaSchedule candidates measured over the graph's kernels that have no record "
+        "yet, on CPU or CUDA (0: no tuning)",
         type=int,
         minimum=0,
     ),

@@ -5,6 +5,8 @@ the VM allocates each call's outputs, which come back through DLPack as torch te
 sharing that memory. Outputs that may be an input's or a constant's memory (an input
 returned as it is, a reshaped weight) are copied, as are outputs eager lays out with
 other strides (a transpose): torch's callers get fresh tensors laid out as eager's.
+On CUDA the VM's kernels run on torch's current stream, as the torch kernels it calls
+(:mod:`torchkiln_tvm.extern`) and the caller's other work do.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import torch
+import tvm_ffi
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 import tvm
@@ -53,10 +56,19 @@ class TVMGraph:
         }
         self.main = relax.VirtualMachine(executable, tvm_device(device))["main"]
         self.index_checks = index_checks
+        self.cuda = device.type == "cuda"
+        self.tvm_device = tvm_device(device)
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         if self.index_checks:
             check_indices(args, self.index_checks)
+        if not self.cuda:
+            return self._run(args)
+        stream = torch.cuda.current_stream(self.device)
+        with tvm_ffi.use_raw_stream(self.tvm_device, stream.cuda_stream):
+            return self._run(args)
+
+    def _run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         inputs = [tvm.runtime.from_dlpack(self._on_device(k, a)) for k, a in enumerate(args)]
         outputs = [torch.from_dlpack(t) for t in self.main(*inputs)]
         for k in self.copies:

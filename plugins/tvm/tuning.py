@@ -1,11 +1,11 @@
 """MetaSchedule tuning of a graph's kernels, its records kept on disk for later processes.
 
-``tvm.compile``'s CPU pipeline schedules nothing (plain loops), so ``tuning_trials > 0``
-(``mode="max-autotune"``) builds through here instead: the Relax module's fused TIR
-functions are MetaSchedule's tasks (``extract_tasks``); tasks with no record in the
-database are tuned, for at most ``trials`` candidates in all and ``time_budget_s``
-seconds (:mod:`torchkiln_tvm.measure`); the build then gives each kernel its best
-schedule in the records, and the others the default one (:mod:`torchkiln_tvm.schedule`). The records are a
+With ``tuning_trials > 0`` (``mode="max-autotune"``) the Relax module's fused TIR
+functions with a reduction are MetaSchedule's tasks (``extract_tasks``), on CPU and on
+CUDA; tasks with no record in the database are tuned, for at most ``trials`` candidates
+in all and ``time_budget_s`` seconds (:mod:`torchkiln_tvm.measure`, each candidate
+built and timed on the target's device); the build then gives each kernel its best
+schedule in the records, and the others the default one (:func:`default_schedule`). The records are a
 ``JSONDatabase`` in ``cache_dir`` (default: ``tvm-tuning`` under torchkiln's cache), so
 a process that meets the same kernels again tunes nothing.
 
@@ -30,8 +30,9 @@ import tvm_ffi
 
 import tvm
 from torchkiln import counters
-from torchkiln.exc import BackendUnavailable, KilnError
+from torchkiln.exc import BackendUnavailable
 from torchkiln.plugin import private_cache_dir, scratch_dir
+from torchkiln_tvm import gpu_schedule
 from torchkiln_tvm.measure import Deadline, SerializingBuilder, WorkerRunner
 from torchkiln_tvm.schedule import LoopOrder, kernel_passes
 from tvm import s_tir
@@ -64,6 +65,9 @@ GAIN = 0.03
 
 #: Seconds one candidate may take to build and run before it counts as failed.
 CANDIDATE_TIMEOUT_S = 10.0
+
+#: Seconds the worker may take to import TVM and open the device before the first candidate.
+WARM_UP_TIMEOUT_S = 60.0
 
 #: The evolutionary search of a round: MetaSchedule's default population (512, evolved 4
 #: times) takes seconds a round to pick 16 candidates, and with a random cost model its
@@ -112,11 +116,6 @@ def tuned_records(
     """The records of ``mod``'s kernels after tuning those that have none, and the target
     they are for (``target`` with ``num-cores``): what the build looks its kernels up in."""
     check_usable()
-    if target.kind.name != "llvm":
-        raise KilnError(
-            f"the tvm backend tunes CPU kernels only (target kind {target.kind.name!r}); "
-            "pass tuning_trials=0 for this target"
-        )
     target = tuning_target(target)
     database = ms.database.JSONDatabase(work_dir=str(records_dir(cache_dir)))
     tasks = ms.relax_integration.extract_tasks(fused(mod, target, fast_math), target)
@@ -151,10 +150,15 @@ def reduces(func: tvm.tirx.PrimFunc) -> bool:
 
 def fused(mod: tvm.IRModule, target: tvm.target.Target, fast_math: bool = True) -> tvm.IRModule:
     """``mod`` with its fused TIR kernels: the passes the build runs before it looks the
-    kernels up in the database (:func:`torchkiln_tvm.schedule.kernel_passes`), so that the
-    tuned kernels are the ones it looks up."""
+    kernels up in the database (:func:`torchkiln_tvm.schedule.kernel_passes` on CPU,
+    :func:`torchkiln_tvm.gpu_schedule.kernel_passes` on CUDA), so that the tuned kernels
+    are the ones it looks up."""
+    if target.kind.name == "llvm":
+        passes = kernel_passes(target, fast_math=fast_math)
+    else:
+        passes = gpu_schedule.kernel_passes(target)
     with target:
-        return tvm.transform.Sequential(kernel_passes(target, fast_math=fast_math))(mod)
+        return tvm.transform.Sequential(passes)(mod)
 
 
 def tune(
@@ -180,7 +184,8 @@ def tune(
     builder = SerializingBuilder()
     runner = WorkerRunner(builder, deadline, CANDIDATE_TIMEOUT_S)
     runner.worker.start()
-    _register_cpu_intrinsics()
+    runner.worker.warm_up(str(tasks[0].target), min(WARM_UP_TIMEOUT_S, deadline.left()))
+    _register_intrinsics(tasks[0].target)
     log.info("tvm: tuning %d kernels (%d trials, %s s budget)", len(tasks), trials, time_budget_s)
     first = sorted(tasks, key=lambda t: -t.weight * estimate_tir_flops(t.dispatched[0]))
     best = {t.task_name: float("inf") for t in tasks}
@@ -225,11 +230,11 @@ def tune(
 
 
 def baseline(task: ms.ExtractedTask, database: ms.database.Database, runner) -> float:
-    """Measure ``task``'s kernel with the default schedule (:mod:`torchkiln_tvm.schedule`)
-    and put it in the records: a tuned schedule replaces it only where it is faster, and
-    the first rounds go to the kernels where the time goes. Its seconds (inf: none)."""
+    """Measure ``task``'s kernel with the default schedule (:func:`default_schedule`) and
+    put it in the records: a tuned schedule replaces it only where it is faster, and the
+    first rounds go to the kernels where the time goes. Its seconds (inf: none)."""
     func = task.dispatched[0]["main"]
-    sch = LoopOrder().apply(func, task.target, False)
+    sch = default_schedule(func, task.target)
     if sch is None:
         return float("inf")
     left = runner.deadline.left()
@@ -259,6 +264,18 @@ def baseline(task: ms.ExtractedTask, database: ms.database.Database, runner) -> 
     return sum(seconds) / len(seconds)
 
 
+def default_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> s_tir.Schedule | None:
+    """The schedule the build gives a kernel without a record: :class:`LoopOrder`'s on
+    CPU, the first of dlight's GPU rules that takes it on CUDA."""
+    if target.kind.name == "llvm":
+        return LoopOrder().apply(func, target, False)
+    for rule in gpu_schedule.default_rules():
+        sch = rule.apply(func, target, False)
+        if sch is not None:
+            return sch
+    return None
+
+
 def best_seconds(database: ms.database.Database, task: ms.ExtractedTask) -> float:
     """The best mean time in the records of ``task``'s kernel (inf if none ran)."""
     mod = task.dispatched[0]
@@ -271,11 +288,23 @@ def best_seconds(database: ms.database.Database, task: ms.ExtractedTask) -> floa
     return sum(seconds) / len(seconds)
 
 
+def design_space(target: tvm.target.Target) -> ms.space_generator.SpaceGenerator | str:
+    """MetaSchedule's rules for ``target``'s kernels: the target's own on CPU; on CUDA the
+    rules without tensor cores, since the kernels tuned are reductions (matmuls call
+    cuBLAS, :mod:`torchkiln_tvm.extern`) and the tensor-core rules need TVM's CUDA
+    intrinsics registered (~45 s of parsing, :func:`_register_intrinsics`)."""
+    if target.kind.name == "llvm":
+        return "post-order-apply"
+    return ms.space_generator.PostOrderApply(
+        sch_rules="cuda", postprocs="cuda", mutator_probs="cuda"
+    )
+
+
 def _round(task, database, builder, runner, trials: int) -> None:
     context = ms.TuneContext(
         mod=task.dispatched[0],
         target=task.target,
-        space_generator="post-order-apply",
+        space_generator=design_space(task.target),
         search_strategy=ms.search_strategy.EvolutionarySearch(**SEARCH),
         task_name=task.task_name,
         num_threads=1,
@@ -297,11 +326,12 @@ def _round(task, database, builder, runner, trials: int) -> None:
     )
 
 
-def _register_cpu_intrinsics() -> None:
-    """Register the host's tensor intrinsics (x86 or Arm) MetaSchedule's CPU rules name.
+def _register_intrinsics(target: tvm.target.Target) -> None:
+    """Register the tensor intrinsics MetaSchedule's rules for ``target`` name: the host's
+    (x86 or Arm) on CPU, none on CUDA (its default rules, without tensor cores, name none).
 
     ``TuneContext`` imports the package ``tvm.s_tir.tensor_intrin``, whose ``__init__``
-    also registers the CUDA, ROCm and Hexagon ones: ~45 s of TVMScript parsing here.
+    registers the CUDA, ROCm, Hexagon and CPU ones: ~45 s of TVMScript parsing here.
     The package is put in ``sys.modules`` without running its ``__init__``, and only the
     host's module is imported into it (x86: 0.5 s; Arm: 3 s).
     """
@@ -312,5 +342,6 @@ def _register_cpu_intrinsics() -> None:
         package.__spec__ = spec
         package.__path__ = list(spec.submodule_search_locations)
         sys.modules[name] = package
-    arm = platform.machine().lower() in ("aarch64", "arm64")
-    importlib.import_module(f"{name}.{'arm_cpu' if arm else 'x86'}")
+    if target.kind.name == "llvm":
+        arm = platform.machine().lower() in ("aarch64", "arm64")
+        importlib.import_module(f"{name}.{'arm_cpu' if arm else 'x86'}")

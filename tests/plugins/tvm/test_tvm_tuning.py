@@ -122,12 +122,16 @@ def test_tuning_leaves_torch_kernels_out(tmp_path, monkeypatch):
 def fake_worker(tmp_path, how: str) -> list[str]:
     """A worker whose second request, the first candidate after the default schedule,
     hangs (``how="hang"``) or fails (``"fail"``), and that times every other one at 1 ms
-    (it counts requests in a file, so that its restart after a hang goes on counting)."""
+    (it counts requests in a file, so that its restart after a hang goes on counting; the
+    warm-up is answered and not counted)."""
     count = tmp_path / "requests"
     script = textwrap.dedent(
         f"""
         import json, os, sys, time
         for line in sys.stdin:
+            if "warm_up" in json.loads(line):
+                print(json.dumps({{"seconds": []}}), flush=True)
+                continue
             path = {str(count)!r}
             n = int(open(path).read()) + 1 if os.path.exists(path) else 1
             open(path, "w").write(str(n))
@@ -156,6 +160,36 @@ def test_a_candidate_that_hangs_or_fails_is_skipped(
     assert tvm_counters["tuning_trials"] == 4
     assert tvm_counters["tuning_failed_trials"] == 1
     assert timed_tuning[0] < 60  # the hung candidate cost its timeout, not its 600 s
+
+
+def slow_starting_worker(seconds: float) -> list[str]:
+    """A worker that takes ``seconds`` to start (TVM's import, a CUDA context), then
+    answers every request at once."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys, time
+        time.sleep({seconds})
+        for line in sys.stdin:
+            print(json.dumps({{"seconds": [0.001]}}), flush=True)
+        """
+    )
+    return [sys.executable, "-c", script]
+
+
+@needs_ffi
+def test_the_worker_starts_before_the_first_candidate_s_timeout_runs(
+    tmp_path, monkeypatch, tvm_counters
+):
+    """Its start used to count against the default schedule's measurement: that failed,
+    and tuning then replaced the default with slower candidates (CUDA: softmax 3.2x)."""
+    monkeypatch.setattr(measure, "WORKER_COMMAND", slow_starting_worker(2.0))
+    monkeypatch.setattr(tuning, "CANDIDATE_TIMEOUT_S", 1.0)
+    options = {**TVM_MATMUL, "tuning_trials": 4, "cache_dir": str(tmp_path / "records")}
+    compiled = torchkiln.compile(fn, backend="tvm", options=options)
+    x, w = args()
+    torch.testing.assert_close(compiled(x, w), fn(x, w))
+    assert tvm_counters["tuning_trials"] == 4
+    assert tvm_counters["tuning_failed_trials"] == 0
 
 
 SCRIPT = textwrap.dedent(
