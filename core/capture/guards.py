@@ -6,7 +6,9 @@ entry's sources. ``GuardSet.compile`` turns them into two functions that
 share one namespace with the transformed code:
 
 - ``guard(___fn, *locals) -> bool``: every check ``and``-ed, cheapest first;
-  it runs on every call, so it is one expression and nothing else;
+  it runs on every call, so it is one expression and nothing else, each long
+  source read once (``hoist``), a model's layers through their ``__dict__``
+  (``GuardSet.module``);
 - ``first_failure(___fn, *locals) -> str | None``: the same checks one by one,
   run only on a cache miss to say which guard failed (``recompiles`` log).
 
@@ -14,18 +16,20 @@ Add a guard kind by adding a method to ``GuardSet`` that emits an expression.
 
 A ``GuardSet`` also notes what another process needs to rebuild its namespace
 (``persist``): the source each identity-guarded object was read through
-(``pins``), whose closure each bound cell is (``cell_owners``), and the
-source files of the code the translation read (``code_files``).
+(``pins``), whose closure each bound cell is (``cell_owners``), which class
+each bound keys view shows (``class_keys``), and the source files of the code
+the translation read (``code_files``).
 """
 
 from __future__ import annotations
 
+import collections
 import enum
 import math
 import re
 import types
 import weakref
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +46,12 @@ _ACCESS = re.compile(r"\.[A-Za-z_]\w*|\[(?:'[^']*'|\"[^\"]*\"|-?\d+)\]")
 
 #: Cost classes: guards run in this order so that cheap checks fail first.
 COST_TYPE, COST_ID, COST_VALUE, COST_TENSOR, COST_GLOBAL_STATE = range(5)
+
+#: What ``nn.Module`` keeps in each instance's ``__dict__`` that guards read on every call.
+MODULE_STATE = (
+    "training", "_modules", "_parameters", "_buffers",
+    "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,14 @@ class GuardSet:
         self.weak: dict[str, weakref.ref] = {}
         self._weak_names: dict[int, str] = {}
         self.on_death: list[Callable[[], None]] = []
+        #: Module sources, with the attributes the guard function reads from their
+        #: ``__dict__`` (``module``); the classes of those modules, with the attributes;
+        #: and the name of the keys view of each class ``_dict_read_guards`` checks, by
+        #: the name of the class (``persist`` rebuilds one from the other).
+        self.module_dicts: dict[str, set[str]] = {}
+        self._module_classes: dict[str, type] = {}
+        self._dict_reads: dict[type, set[str]] = {}
+        self.class_keys: dict[str, str] = {}
         #: The symbolic sizes of the inputs (``capture.symbolic.ShapeGuards``), if any.
         self.shapes: Any = None
         #: ``(guard exprs in order, their hoisted forms)`` a stored record brought along
@@ -93,19 +111,18 @@ class GuardSet:
         if expr not in self.guards:
             self.guards[expr] = Guard(expr, cost, description)
 
-    def type_is(self, source: str, cls: type) -> None:
+    def type_is(self, source: str, cls: type) -> str:
+        """Guard ``type(source) is cls``; returns the name ``cls`` is bound to."""
         self._sources.add(source)
-        self.add(
-            f"type({source}) is {self.bind(cls, 'T')}",
-            COST_TYPE,
-            f"type({source}) is {cls.__qualname__}",
-        )
+        name = self.bind(cls, "T")
+        self.add(f"type({source}) is {name}", COST_TYPE, f"type({source}) is {cls.__qualname__}")
+        return name
 
-    def identity(self, source: str, value: Any) -> None:
+    def identity(self, source: str, value: Any, described: str | None = None) -> None:
         """``source`` is ``value``. An object that may die before the program ends (a closure,
         a local class) is held weakly, so that the cache does not keep it alive: the guard
         compares ids, and the entry is dropped when the object dies (``on_death``), before
-        another object can reuse its id."""
+        another object can reuse its id. ``described``: the source as the description says it."""
         self._sources.add(source)
         what = getattr(value, "__qualname__", None) or type(value).__name__
         if _lives_on(value):
@@ -115,7 +132,7 @@ class GuardSet:
             name = self.hold_weakly(value)
             expr = f"id({source}) == {name}"
         self.pins.setdefault(name, source)
-        self.add(expr, COST_ID, f"{source} is the same {what} object")
+        self.add(expr, COST_ID, f"{described or source} is the same {what} object")
 
     def hold_weakly(self, value: Any, name: str | None = None) -> str:
         """A name in ``ns`` holding ``id(value)`` while ``value`` lives (reused for the same
@@ -168,6 +185,10 @@ class GuardSet:
         else:
             self.add(f"{source} == {self.bind(value, 'v')}", COST_VALUE, f"{source} == {value!r}")
 
+    def read_once(self, source: str) -> None:
+        """Have the guard function read ``source`` once for all the guards that read it."""
+        self._sources.add(source)
+
     @property
     def sources(self) -> frozenset[str]:
         """Every source a guard reads (``hoisted_exprs`` names them)."""
@@ -199,13 +220,66 @@ class GuardSet:
     def module(self, source: str, module: torch.nn.Module) -> None:
         """Type and ``training``, not identity: instances of one class share entries. What
         the trace reads from a module is guarded through its own source (attributes,
-        submodules, parameters and buffers as graph inputs, member names where iterated)."""
+        submodules, parameters and buffers as graph inputs, member names where iterated).
+
+        An attribute load on a module is slow (``nn.Module.__getattr__`` keeps CPython
+        from specializing it), and a model's guards read thousands: the guard function
+        reads ``MODULE_STATE`` and the attributes ``module_attr`` names from
+        ``source.__dict__`` instead, read once, where that is the same read
+        (``_dict_read_guards``).
+        """
         self.type_is(source, type(module))
         self.add(
             f"{source}.training is {module.training!r}",
             COST_VALUE,
             f"{source}.training is {module.training!r}",
         )
+        if _reads_instance_dict(type(module), MODULE_STATE):
+            self.module_dicts[source] = {"__dict__", *MODULE_STATE}
+            self._module_classes[source] = type(module)
+            self._dict_reads.setdefault(type(module), set()).update(MODULE_STATE)
+
+    def module_attr(self, source: str, module: torch.nn.Module, name: str) -> None:
+        """``source.name`` was read from ``module``'s ``__dict__``: have the guard function
+        read it from there too, where no class of ``module`` defines ``name``."""
+        if source in self.module_dicts and _reads_instance_dict(type(module), (name,)):
+            self.module_dicts[source].add(name)
+            self._dict_reads[type(module)].add(name)
+
+    def _dict_read_guards(self) -> None:
+        """What makes ``obj.name`` read ``obj.__dict__['name']`` on the modules of each
+        class in ``_dict_reads``: the class's bases are the same, and none of them defines
+        ``name`` (a data descriptor would win over the instance dict) or
+        ``__getattribute__``. Classes are patched at run time, so this is checked on every
+        call, once per class: each one's keys are a view bound here. ``object``'s own
+        attributes cannot change, nor can a class's ``__dict__`` descriptor.
+
+        That pays where a class has several instances (a model's layers); a class with
+        one (the model itself, whose bases may be many mixins) keeps attribute loads."""
+        instances = collections.Counter(self._module_classes.values())
+        for source, cls in self._module_classes.items():
+            if instances[cls] < 2:
+                self.module_dicts.pop(source, None)
+                self._dict_reads.pop(cls, None)
+        names: dict[type, set[str]] = {}
+        for cls, read in self._dict_reads.items():
+            bases = [self.bind(k, "T") for k in cls.__mro__]
+            self.add(
+                f"{bases[0]}.__mro__ == ({', '.join(bases)})",
+                COST_VALUE,
+                f"the bases of {cls.__qualname__} are unchanged",
+            )
+            for k in cls.__mro__[:-1]:
+                names.setdefault(k, {"__getattribute__"}).update(read)
+        for k, read in names.items():
+            owner = self.bind(k, "T")
+            keys = self.class_keys.get(owner) or self.bind(k.__dict__.keys(), "keys")
+            self.class_keys[owner] = keys
+            self.add(
+                f"{keys}.isdisjoint({tuple(sorted(read))!r})",
+                COST_VALUE,
+                f"{k.__qualname__} defines none of {', '.join(sorted(read))}",
+            )
 
     def tensor(self, source: str, t: torch.Tensor, fake: torch.Tensor | None = None) -> None:
         """Type, dtype, device, requires_grad, sizes and (``config.guard_strides``) strides;
@@ -361,11 +435,12 @@ class GuardSet:
         if self._hoisted is not None and self._hoisted[0] == tuple(g.expr for g in ordered):
             return list(self._hoisted[1])
         names: dict[str, str] = {}
-        return [hoist(guard.expr, self._sources, names) for guard in ordered]
+        return [hoist(g.expr, self._sources, names, self.module_dicts) for g in ordered]
 
     def source(self, params: str) -> str:
         """The text of the guard and first-failure functions (``TORCHKILN_LOGS=guards``)."""
         self.shape_guards()
+        self._dict_read_guards()
         guard, failure = self._function_texts(params)
         return f"{guard}\n{failure}"
 
@@ -390,6 +465,7 @@ class GuardSet:
         and compiling a frame's try/except per guard was most of a warm start's guard cost.
         """
         self.shape_guards()
+        self._dict_read_guards()
         guard_text, failure_text = self._function_texts(params)
         ns = self.ns
         ns["___descriptions"] = [g.description for g in self.ordered()]
@@ -403,33 +479,51 @@ class GuardSet:
         return ns["___guard"], first_failure, f"{guard_text}\n{failure_text}"
 
 
-def hoist(expr: str, named: Container[str], names: dict[str, str]) -> str:
+def hoist(
+    expr: str,
+    named: Container[str],
+    names: dict[str, str],
+    module_dicts: Mapping[str, Container[str]] = types.MappingProxyType({}),
+) -> str:
     """``expr`` with every source in ``named`` reached through ``.attr`` / ``[key]`` read into a
-    name on first read (``names``: source -> name, shared by the expressions of one function)."""
+    name on first read (``names``: source -> name, shared by the expressions of one function).
+
+    On a source in ``module_dicts``, ``.__dict__`` and the attributes it names are read from
+    its ``__dict__``, itself read once (``GuardSet.module`` says why they may)."""
     out, pos = [], 0
     for token in _ROOT_OR_STRING.finditer(expr):
         if token.start() < pos or token.group(1) is None:
             continue  # inside a source already rewritten, or a string literal
-        root, end, prefix_ends = token.start(), token.end(), []
+        source = text = token.group(1)
+        end = token.end()
+        rewritten = None  # (end in expr, text) of the last access read another way
         while access := _ACCESS.match(expr, end):
-            end = access.end()
-            if expr[root:end] in named:
-                prefix_ends.append(end)
-        if not prefix_ends:
-            continue
-        text, done = "", root
-        for stop in prefix_ends:  # parents first: ((___h0 := L_self.a).b)
-            source = expr[root:stop]
-            if source in names:
-                text = names[source]
+            step, end = access.group(), access.end()
+            attr = step[1:]
+            if attr in module_dicts.get(source, ()):
+                text = _named(f"{source}.__dict__", f"{text}.__dict__", names)
+                if attr != "__dict__":
+                    text = _named(f"{source}{step}", f"{text}[{attr!r}]", names)
+                source += step
             else:
-                name = names[source] = f"___h{len(names)}"
-                text = f"({name} := {text}{expr[done:stop]})"
-            done = stop
-        out += [expr[pos:root], text]
-        pos = prefix_ends[-1]
+                source += step
+                text = _named(source, text + step, names) if source in named else text + step
+            if text != expr[token.start() : end]:
+                rewritten = end, text
+        if rewritten is not None:
+            out += [expr[pos : token.start()], rewritten[1]]
+            pos = rewritten[0]
     out.append(expr[pos:])
     return "".join(out)
+
+
+def _named(source: str, text: str, names: dict[str, str]) -> str:
+    """``text`` (which reads ``source``) assigned to the name of ``source``, or that name
+    where an earlier guard assigned it."""
+    if source in names:
+        return names[source]
+    name = names[source] = f"___h{len(names)}"
+    return f"({name} := {text})"
 
 
 def access_prefixes(source: str) -> list[str]:
@@ -461,6 +555,22 @@ def _lives_on(value: Any) -> bool:
     return True
 
 
+def _reads_instance_dict(cls: type, names: Iterable[str]) -> bool:
+    """Whether ``obj.name`` is ``obj.__dict__['name']`` for ``cls``'s instances that have
+    ``name``: no class in the MRO but ``object`` defines it or ``__getattribute__``, and
+    ``obj.__dict__`` is the instance dict (the class that defines ``__dict__`` first holds
+    Python's own descriptor for it)."""
+    mro = cls.__mro__
+    owner = next((k for k in mro if "__dict__" in k.__dict__), None)
+    descriptor = owner.__dict__["__dict__"] if owner is not None else None
+    return (
+        mro[-1] is object
+        and type(descriptor) is types.GetSetDescriptorType
+        and descriptor.__objclass__ is owner
+        and all(k.__dict__.keys().isdisjoint((*names, "__getattribute__")) for k in mro[:-1])
+    )
+
+
 def _has_loose_float(value: tuple) -> bool:
     """Whether ``value`` holds a float that ``==`` does not pin down: a zero (``0.0 == -0.0``)
     or nan (``nan != nan``), so the tuple is guarded item by item."""
@@ -471,11 +581,10 @@ def _has_loose_float(value: tuple) -> bool:
 
 
 def _device_check(source: str, device: torch.device, guards: GuardSet) -> str:
-    """The cheapest exact device test: ``is_cpu`` / ``get_device()`` avoid building a device object."""
+    """The cheapest exact device test: ``is_cpu`` on the CPU; elsewhere one comparison
+    (``is_cuda and get_device() == i``, two calls, measured slower than building a device)."""
     if device.type == "cpu":
         return f"{source}.is_cpu"
-    if device.type == "cuda" and device.index is not None:
-        return f"({source}.is_cuda and {source}.get_device() == {device.index})"
     return f"{source}.device == {guards.bind(device, 'dev')}"
 
 

@@ -311,9 +311,12 @@ class OutputGraph:
             members = module.__dict__.get(table, {})
             if name in members:
                 return self.wrap(members[name], f"{src}.{table}[{name!r}]" if src else None)
-        if name in module.__dict__:
-            return self.wrap(module.__dict__[name], f"{src}.{name}" if src else None)
         class_attr = V.class_lookup(type(module), name)
+        # Python's order: a data descriptor of the class (a property) wins over the instance
+        if name in module.__dict__ and not _is_data_descriptor(class_attr):
+            if src:
+                self.guards.module_attr(src, module, name)
+            return self.wrap(module.__dict__[name], f"{src}.{name}" if src else None)
         if isinstance(class_attr, property):  # a data descriptor: no instance attribute wins
             self.guard_class_member(vt, name)  # the class may be given another property
             return self.wrap(class_attr.fget, None).call(tx, [vt], {})
@@ -339,9 +342,11 @@ class OutputGraph:
     def guard_class_member(self, vt: V.VariableTracker, name: str) -> None:
         """``vt.name`` is a method read from the class: guard that no instance attribute of
         that name hides it, and that the class (or a base) still holds the same one
-        (classes are patched at run time too). An object the frame made itself has no
-        source: its class is reached through a name bound to it in the guards (what the
-        frame made it from was guarded where it was read)."""
+        (classes are patched at run time too). The class is reached through a name bound
+        to it: with a source, after guarding the source's type, so that the instances of
+        one class (the layers of a model) share one check per member. An object the frame
+        made itself has no source (what the frame made it from was guarded where it was
+        read)."""
         src = vt.source
         if src:
             if hasattr(vt.value, "__dict__"):
@@ -350,14 +355,17 @@ class OutputGraph:
                     2,
                     f"{src} has no instance attribute {name!r}",
                 )
-            owner, mro = f"type({src})", type(vt.value).__mro__  # the type guard fixes the MRO
+            klass = type(vt.value)
+            owner = self.guards.type_is(src, klass)
         else:
             klass = vt.python_type()
-            owner, mro = self.guards.bind(klass, "cls"), klass.__mro__
-        for i, cls in enumerate(mro):
+            owner = self.guards.bind(klass, "cls")
+        for i, cls in enumerate(klass.__mro__):
             in_class = f"{owner}.__mro__[{i}].__dict__"
+            self.guards.read_once(in_class)
             if name in cls.__dict__:
-                self.guards.identity(f"{in_class}[{name!r}]", cls.__dict__[name])
+                described = f"{cls.__qualname__}.__dict__[{name!r}]"
+                self.guards.identity(f"{in_class}[{name!r}]", cls.__dict__[name], described)
                 return
             self.guards.add(f"{name!r} not in {in_class}", 2, f"{cls.__name__} has no {name!r}")
 
@@ -588,3 +596,10 @@ def to_fake(vt: Any) -> Any:
     if isinstance(vt, V.DictVariable):
         return {k: to_fake(v) for k, v in vt.items.items()}
     raise Unsupported(f"passing {vt.describe()} to a torch operation")
+
+
+def _is_data_descriptor(value: Any) -> bool:
+    """Whether a class attribute takes precedence over an instance's ``__dict__``."""
+    return value is not V.MISSING and (
+        hasattr(type(value), "__set__") or hasattr(type(value), "__delete__")
+    )

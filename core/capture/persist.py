@@ -13,6 +13,7 @@ equivalent object in another process:
   a code object: ``GuardSet.identity``), read through its source from the
   call's own arguments and checked once on load (same code);
 - ``cell``: closure cell ``i`` of a function named earlier;
+- ``class_keys``: the keys of a class named earlier (``GuardSet.class_keys``);
 - ``resume`` / ``call_through``: the graph-break helpers, rebuilt for this frame.
 
 A capture whose namespace holds anything else (a tensor constant, a lambda)
@@ -233,6 +234,9 @@ def _recipe(name: str, value: Any, guard_set: GuardSet) -> tuple:
     if name in guard_set.cell_owners:
         owner, index = guard_set.cell_owners[name]
         return ("cell", owner, index)
+    owner = next((c for c, keys in guard_set.class_keys.items() if keys == name), None)
+    if owner is not None:
+        return ("class_keys", owner)
     if isinstance(value, ResumeCall):
         return ("resume", value.layout, value.compiled)
     if isinstance(value, CallThroughDispatch):
@@ -516,6 +520,8 @@ def _resolve(recipe: tuple, ns: dict, frame: dict, code: types.CodeType, cfg: An
         return found
     if kind == "cell":
         return ns[recipe[1]].__closure__[recipe[2]]
+    if kind == "class_keys":
+        return ns[recipe[1]].__dict__.keys()
     if kind == "resume":
         return ResumeCall(code, recipe[1], cfg, recipe[2])
     if kind == "call_through":

@@ -415,6 +415,9 @@ class Translator:
         name = self._source_of(fn) or guards.bind(fn, "fn")
         if positional:  # which parameter each default belongs to depends on how many there are
             guards.length(f"{name}.__defaults__", len(positional))
+            guards.read_once(f"{name}.__defaults__")
+        if keyword:
+            guards.read_once(f"{name}.__kwdefaults__")
         wrap = self.output.wrap
         defaults = [wrap(d, f"{name}.__defaults__[{i}]") for i, d in enumerate(positional)]
         kwdefaults = {k: wrap(v, f"{name}.__kwdefaults__[{k!r}]") for k, v in keyword.items()}
