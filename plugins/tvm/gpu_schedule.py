@@ -1,9 +1,5 @@
 """The CUDA pipeline: TVM's own, with dlight's GPU rules made safe to try, and tuned kernels.
 
-Elementwise kernels first get :class:`VectorizedElementwise`: dlight's ``Fallback`` gives
-them one element a thread, which on an H200 ran GELU at a third of torch's speed (bf16:
-67 against 24 us); 16 bytes a thread, as torch's vectorized kernels load, close that.
-
 TVM's CUDA pipeline (``relax.backend.cuda.pipeline``) schedules each fused kernel with
 the first of dlight's GPU rules that takes it (``Matmul``, ``GEMV``, ``Reduction``,
 ``GeneralReduction``, ``Fallback``). A rule can take a kernel it then fails on: on
@@ -21,8 +17,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.relax.backend.cuda import pipeline as cuda
 from tvm.s_tir import dlight
-from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import ScheduleRule, try_inline
+from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
 log = logging.getLogger("torchkiln.tvm")
@@ -44,55 +39,9 @@ class Tried(ScheduleRule):
             return None
 
 
-#: Threads of a block of :class:`VectorizedElementwise`.
-THREADS = 256
-#: Bytes a thread loads and stores at once (a 128-bit access).
-VECTOR_BYTES = 16
-
-
-class VectorizedElementwise(ScheduleRule):
-    """An elementwise kernel (its blocks inline into one that writes every element once)
-    as blocks of :data:`THREADS` threads, each thread :data:`VECTOR_BYTES` of the output.
-    Only where the vectors tile the output exactly and never cross its last dimension (so
-    that every access of a vector is in bounds and, for the inputs broadcast along it,
-    contiguous); else ``None`` (dlight's rules take the kernel)."""
-
-    def apply(self, func: tirx.PrimFunc, target: Target, _tunable: bool) -> s_tir.Schedule | None:
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "cuda":
-            return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
-        infos = try_inline(sch, infos)
-        if len(infos) != 1 or not infos[0].is_injective():
-            return None
-        block = infos[0].block_rv
-        writes = sch.get(block).writes
-        if len(writes) != 1:
-            return None
-        lanes = VECTOR_BYTES * 8 // writes[0].source.dtype.bits
-        loops = sch.get_loops(block)
-        extents = [sch.get(loop).extent for loop in loops]
-        if not loops or not all(isinstance(e, tirx.IntImm) for e in extents):
-            return None
-        total = 1
-        for extent in extents:
-            total *= int(extent)
-        if int(extents[-1]) % lanes or total % (THREADS * lanes):
-            return None
-        _, thread, lane = sch.split(sch.fuse(*loops), factors=[None, THREADS, lanes])
-        sch.bind(sch.get_loops(block)[0], "blockIdx.x")
-        sch.bind(thread, "threadIdx.x")
-        sch.vectorize(lane)
-        return sch
-
-
 def default_rules() -> list[ScheduleRule]:
-    """:class:`VectorizedElementwise`, then dlight's GPU rules in TVM's order, each
-    :class:`Tried`."""
+    """dlight's GPU rules in TVM's order, each :class:`Tried`."""
     rules = (
-        VectorizedElementwise(),
         dlight.gpu.Matmul(),
         dlight.gpu.GEMV(),
         dlight.gpu.Reduction(),

@@ -102,25 +102,3 @@ def test_cpu_only_options_turned_off_for_cuda_are_refused(option, monkeypatch):
     )
     with pytest.raises(BackendCompilerFailed, match=f"option '{option}'"):
         compiled(torch.randn(4))
-
-
-def elementwise_kernels(width: int) -> list[tirx.PrimFunc]:
-    args = [torch.randn(64, width), torch.randn(width), torch.randn(width)]
-    gm = make_fx(lambda x, w, b: F.gelu(x * w + b))(*args)
-    fused = tuning.fused(compiler.to_relax(gm)[0], HOPPER)
-    return [f for f in fused.functions.values() if isinstance(f, tirx.PrimFunc)]
-
-
-def test_elementwise_kernels_move_16_bytes_a_thread():
-    (kernel,) = elementwise_kernels(256)
-    sch = gpu_schedule.VectorizedElementwise().apply(kernel, HOPPER, False)
-    script = sch.mod.script()
-    assert "T.vectorized(T.int64(4))" in script and 'thread="threadIdx.x"' in script, script
-    assert "T.thread_binding(T.int64(256)" in script, script
-
-
-def test_vectors_never_cross_a_row():
-    """Rows of 102 floats: a vector of 4 would cross into the next row (and, for the
-    broadcast weight, read past its end); dlight's rules take the kernel instead."""
-    (kernel,) = elementwise_kernels(102)
-    assert gpu_schedule.VectorizedElementwise().apply(kernel, HOPPER, False) is None
