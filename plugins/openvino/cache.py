@@ -6,13 +6,19 @@ imports it with ``Core.import_model`` and those properties again (without them t
 precision hint is lost). Graphs OpenVINO can't export (``AUTO`` device) and graphs
 with frozen weights (their constants are the weights of one call) are not stored. A
 graph the compiler leaves to torch (``compiler.runs_better_in_torch``) is stored as
-itself: a ``GraphModule`` pickles as its code.
+itself: a ``GraphModule`` pickles as its code. A graph measured against torch
+(``choice.MeasuredChoice``) is stored as the variant it kept (torch's: its graph and the
+strides of its inputs and outputs); one stored before its first call as both, measured
+again by the process that loads it: the AOT layer stores a training plan when its
+backward is compiled, before that backward's first call, and an inference plan before
+its first call (a forward is measured by then).
 The salt names this plugin's code and the openvino version.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,7 @@ import torch
 import openvino as ov
 from torchkiln.aot import ArtifactCodec
 from torchkiln.plugin import source_fingerprint
+from torchkiln_openvino.choice import MeasuredChoice, TorchGraph
 from torchkiln_openvino.compiler import core
 from torchkiln_openvino.runtime import OpenVINOGraph
 
@@ -44,9 +51,35 @@ def _property(compiled: ov.CompiledModel, name: str) -> Any:
     return value.get_type_name() if isinstance(value, ov.Type) else value
 
 
-def dump(compiled: object) -> OpenVINOArtifact | torch.fx.GraphModule | None:
+@dataclass(frozen=True)
+class TorchArtifact:
+    """``choice.TorchGraph``: the aten graph torch runs, its ``layout()``."""
+
+    graph: torch.fx.GraphModule
+    layout: tuple[list, list]
+
+
+@dataclass(frozen=True)
+class UnmeasuredArtifact:
+    """A ``choice.MeasuredChoice`` before its first call: both variants."""
+
+    openvino: OpenVINOArtifact
+    torch: TorchArtifact
+
+
+Artifact = OpenVINOArtifact | TorchArtifact | UnmeasuredArtifact | torch.fx.GraphModule
+
+
+def dump(compiled: object) -> Artifact | None:
     if isinstance(compiled, torch.fx.GraphModule):
         return compiled
+    if isinstance(compiled, TorchGraph):
+        return TorchArtifact(compiled.gm, compiled.layout())
+    if isinstance(compiled, MeasuredChoice):
+        if compiled.chosen is not None:
+            return dump(compiled.chosen)
+        openvino = dump(compiled.openvino)
+        return None if openvino is None else UnmeasuredArtifact(openvino, dump(compiled.torch))
     if not isinstance(compiled, OpenVINOGraph):
         return None
     model = compiled.compiled
@@ -63,9 +96,13 @@ def dump(compiled: object) -> OpenVINOArtifact | torch.fx.GraphModule | None:
     )
 
 
-def load(artifact: OpenVINOArtifact | torch.fx.GraphModule) -> OpenVINOGraph | torch.fx.GraphModule:
+def load(artifact: Artifact) -> Callable:
     if isinstance(artifact, torch.fx.GraphModule):
         return artifact
+    if isinstance(artifact, TorchArtifact):
+        return TorchGraph(artifact.graph, artifact.layout)
+    if isinstance(artifact, UnmeasuredArtifact):
+        return MeasuredChoice(load(artifact.openvino), load(artifact.torch))
     compiled = core().import_model(artifact.model, artifact.device, artifact.properties)
     return OpenVINOGraph.restored(compiled, **artifact.layout)
 

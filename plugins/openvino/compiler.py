@@ -1,7 +1,8 @@
 """The openvino compiler of one aten graph, and the decompositions it expects.
 
-``compile_aten_graph`` is what ``torchkiln.aot.aot_autograd`` (or the core's
-partitioning) calls for each forward, backward and inference graph: the graph goes
+``compile_aten_graph`` compiles each forward, backward and inference graph (or partition
+of one) that the core gives the backend, through
+:func:`torchkiln_openvino.choice.compile_partition`: the graph goes
 through OpenVINO's PyTorch frontend (``TorchFXPythonDecoder``, keyed on each node's
 ``str(target)``; after :mod:`torchkiln_openvino.rewrites`), its inputs get the example
 inputs' element types and static shapes (booleans in and out as bytes), and
@@ -25,7 +26,6 @@ from openvino.frontend import FrontEndManager
 from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder
 from openvino.preprocess import PrePostProcessor
 from torchkiln import logs
-from torchkiln.aot import core_aten_table, keep_whole
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError
 from torchkiln_openvino import decompositions as own_decompositions
 from torchkiln_openvino import freeze, ops, rewrites
@@ -41,18 +41,19 @@ aten = torch.ops.aten
 
 
 def decompositions() -> dict:
-    """torch's core-aten table, and the training batch norm decomposed.
+    """torch's core-aten table, with the ops of
+    :data:`torchkiln_openvino.decompositions.WRITTEN_OUT` kept whole
+    (:func:`torchkiln_openvino.decompositions.table`).
 
     Not the AOT layer's default table: it brings some ops down to prims, which the
     frontend does not convert. Layer norm, the inference batch norm
     (``_native_batch_norm_legit_no_training``) and the fused CPU attention stay whole:
     OpenVINO runs each as one fused op (a decomposed batch norm costs ~4x). The
-    training batch norm is decomposed (:mod:`torchkiln_openvino.decompositions`), so
-    that the statistics it saves for the backward come from ops OpenVINO converts.
+    training batch norm and the backward ops with fused torch kernels stay whole too,
+    written out for OpenVINO (:mod:`torchkiln_openvino.rewrites`): torch, where it runs a
+    graph, runs their fused kernels.
     """
-    table = core_aten_table()
-    table.update(own_decompositions.table())
-    return keep_whole(table)
+    return dict(own_decompositions.table())
 
 
 @functools.cache

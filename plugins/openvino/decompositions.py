@@ -9,26 +9,33 @@ forward. Folded into a per-channel scale and shift (``x * scale + shift``, both 
 on ``[C]``), the norm is one per-channel multiply-add that OpenVINO runs in the
 convolution's own layout: convnet's forward went from 12.4 to 8.7 ms.
 
-:func:`convolution_backward`: a convolution's backward split in two, its weight gradient
-apart, which the capabilities leave to the next backend
-(:func:`torchkiln_openvino.ops.is_weight_gradient`). OpenVINO computes it as a
-convolution of the input by the output's gradient, batch and channels swapped
-(:func:`torchkiln_openvino.rewrites.convolution_backward`), 1.3-2.5x slower than torch's
-own at one thread on convnet's shapes (8x16x32x32 by 16x16x3x3: 1.01 against 0.41 ms);
-its input gradient runs 0.6-1.1x torch's time, and stays in OpenVINO.
-
-:func:`fused_when_large`: the backwards of softmax, layer norm and GELU stay whole (one
-torch kernel each, left to the next backend) on tensors of :data:`LARGE` elements or
-more. Decomposed, OpenVINO runs each as a reduction and an elementwise pass or two, at
-half torch's speed on such rows (a 4096x1024 softmax backward: 8.1 against 4.0 ms);
-below that, the partition switch (an OpenVINO call more, ~0.5 ms a cut in hf_bert's
-backward) costs more than the kernel saves.
+:data:`WRITTEN_OUT`: the backward ops with a fused torch kernel, and the training batch norm
+(whose backward is one), stay whole in the trace (:func:`table`);
+:mod:`torchkiln_openvino.rewrites` writes them out for OpenVINO's frontend with
+:func:`written_out`, the decompositions the trace would have applied. Torch, where it
+runs a graph instead of OpenVINO (:mod:`torchkiln_openvino.choice`), runs its fused
+kernels: decomposed, it ran convnet's backward graph in 27 ms where OpenVINO took 17;
+whole, in 20 ms where OpenVINO took 29 (each convolution's whole backward, weights'
+gradients included, on the first call's inputs). The batch norm's output is then no
+longer recomputed in the backward from its input (the min cut recomputes no batch
+norm): the forward saves the ReLU outputs as well.
+On tensors of :data:`LARGE` elements or more, the backwards of softmax, layer norm and
+GELU are left to the next backend (:mod:`torchkiln_openvino.ops`): decomposed, OpenVINO
+runs each as a reduction and an elementwise pass or two, at half torch's speed on such
+rows (a 4096x1024 softmax backward: 8.1 against 4.0 ms); below that, the partition
+switch (an OpenVINO call more, ~0.5 ms a cut in hf_bert's backward) costs more than the
+kernel saves.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch._decomp import get_decompositions
+
+from torchkiln.aot import core_aten_table, keep_whole
 
 aten = torch.ops.aten
 
@@ -42,11 +49,26 @@ _TORCH_BATCH_NORM = get_decompositions([aten._native_batch_norm_legit_functional
 #: (:data:`torchkiln_openvino.ops.TORCH_FASTER_WHEN_LARGE`)
 LARGE = 1 << 20
 
-#: The backward ops :func:`fused_when_large` keeps whole on large tensors
+#: The backward ops left to the next backend on large tensors (:mod:`torchkiln_openvino.ops`)
 FUSED_BACKWARDS = (
     aten._softmax_backward_data.default,
     aten.native_layer_norm_backward.default,
     aten.gelu_backward.default,
+)
+
+#: The ops the trace keeps whole, written out for OpenVINO by :func:`written_out`
+WRITTEN_OUT = frozenset(
+    {
+        *FUSED_BACKWARDS,
+        aten._native_batch_norm_legit_functional.default,
+        aten.native_batch_norm_backward.default,
+        aten.threshold_backward.default,
+        aten.silu_backward.default,
+        aten.tanh_backward.default,
+        aten.sigmoid_backward.default,
+        aten._log_softmax_backward_data.default,
+        aten.embedding_dense_backward.default,
+    }
 )
 
 
@@ -87,52 +109,17 @@ def batch_norm_training(
     return output, save_mean, save_rstd, new_running_mean, new_running_var
 
 
-def convolution_backward(
-    grad: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias_sizes: list[int] | None,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    transposed: bool,
-    output_padding: list[int],
-    groups: int,
-    output_mask: list[bool],
-) -> tuple[torch.Tensor | None, ...]:
-    """``convolution_backward`` as two: the weight's gradient alone (``output_mask``
-    ``[False, True, False]``), and the input's and bias's; left whole (``NotImplemented``)
-    when it computes the weight's gradient alone or not at all, or the convolution is
-    grouped or transposed (the whole backward runs in the next backend then)."""
-    want_input, want_weight, want_bias = output_mask
-    if not want_weight or not (want_input or want_bias) or transposed or groups != 1:
-        return NotImplemented
-    options = (bias_sizes, stride, padding, dilation, transposed, output_padding, groups)
-    backward = aten.convolution_backward.default
-    grad_input, _, grad_bias = backward(
-        grad, input, weight, *options, [want_input, False, want_bias]
-    )
-    _, grad_weight, _ = backward(grad, input, weight, *options, [False, True, False])
-    return grad_input, grad_weight, grad_bias
-
-
-def fused_when_large(decomposition):
-    """``decomposition`` of a backward op whose first argument is the gradient, on tensors
-    under :data:`LARGE` elements; ``NotImplemented`` (the op kept whole) from there on."""
-
-    def decompose(grad, *args, **kwargs):
-        if grad.numel() >= LARGE:
-            return NotImplemented
-        return decomposition(grad, *args, **kwargs)
-
-    return decompose
-
-
+@functools.cache
 def table() -> dict:
-    """The decompositions above, by the overload each replaces."""
-    torch_own = get_decompositions(list(FUSED_BACKWARDS))
-    return {
-        aten._native_batch_norm_legit_functional.default: batch_norm_training,
-        aten.convolution_backward.default: convolution_backward,
-        **{op: fused_when_large(torch_own[op]) for op in FUSED_BACKWARDS},
-    }
+    """torch's core-aten table, minus :data:`WRITTEN_OUT` (and the ops of
+    ``torchkiln.aot.KEEP_WHOLE``); one dict, read and never written (each op written out
+    traces with it: building it takes ~4 ms)."""
+    return keep_whole({op: fn for op, fn in core_aten_table().items() if op not in WRITTEN_OUT})
+
+
+def written_out(op) -> Callable:
+    """The decomposition of ``op`` (one of :data:`WRITTEN_OUT`) that OpenVINO converts:
+    :func:`batch_norm_training` for the training batch norm, torch's for the others."""
+    if op is aten._native_batch_norm_legit_functional.default:
+        return batch_norm_training
+    return get_decompositions([op])[op]

@@ -2,23 +2,23 @@
 
 The ops are the ones OpenVINO's PyTorch frontend declares it converts from FX graphs
 (``openvino.frontend.pytorch.torchdynamo.op_support``: a table, importing it loads
-neither ``torch._dynamo`` nor ``openvino.torch``), and the backward ops the compiler
-writes out for it (:data:`torchkiln_openvino.rewrites.WRITTEN_OUT`: the attention's,
-an ungrouped convolution's). On top of the table:
+neither ``torch._dynamo`` nor ``openvino.torch``), and the ops the compiler writes out
+for it (:data:`torchkiln_openvino.rewrites.WRITTEN_OUT`: the attention's backward, an
+ungrouped convolution's, the training batch norm and the backward ops with fused torch
+kernels). On top of the table:
 
 * a multi-output op outside :data:`ALL_OUTPUTS` runs in OpenVINO only when the graph
   reads its output 0 alone: the frontend converts ``native_layer_norm``, the batch
   norms and the fused attention to their output 0 only, so a training graph that saves
   their other outputs for the backward runs them with the next backend, except a float32
-  layer norm or attention, whose other outputs the compiler computes
-  (:mod:`torchkiln_openvino.rewrites`);
-* a convolution's weight gradient runs in torch, faster there (the AOT layer traces it
-  apart from the input's gradient, which OpenVINO runs);
-* so do softmaxes and sums of :data:`~torchkiln_openvino.decompositions.LARGE` elements
-  or more (:data:`TORCH_FASTER_WHEN_LARGE`): OpenVINO's took 1.5-2x torch's time at one
-  thread, more than the partition switch costs at that size (a large layer norm whose
-  statistics a training graph reads, and the backwards of softmax, layer norm and GELU,
-  run in torch as well: :mod:`torchkiln_openvino.decompositions`);
+  layer norm or attention and a training batch norm, whose other outputs the compiler
+  computes (:mod:`torchkiln_openvino.rewrites`);
+* softmaxes and sums of :data:`~torchkiln_openvino.decompositions.LARGE` elements or
+  more run in torch (:data:`TORCH_FASTER_WHEN_LARGE`): OpenVINO's took 1.5-2x torch's
+  time at one thread, more than the partition switch costs at that size (a large layer
+  norm whose statistics a training graph reads, and the backwards of softmax, layer norm
+  and GELU (:data:`~torchkiln_openvino.decompositions.FUSED_BACKWARDS`), run in torch as
+  well);
 * random ops run in torch, so that a seed gives eager's numbers (the frontend's
   ``native_dropout`` is wrong in training, too);
 * OpenVINO reads host memory: nodes on another device are not taken;
@@ -39,7 +39,7 @@ from torch.utils._pytree import tree_leaves
 from torchkiln.exc import InvalidOptionError
 from torchkiln.plugin import Capabilities
 from torchkiln_openvino import rewrites
-from torchkiln_openvino.decompositions import LARGE
+from torchkiln_openvino.decompositions import FUSED_BACKWARDS, LARGE
 
 #: The element types OpenVINO tensors share with torch (complex and float8 are not run).
 DTYPES = frozenset(
@@ -128,13 +128,13 @@ def supports(node: fx.Node, torch_when_large: bool = True) -> bool | str:
     dtypes = {v.dtype for v in values} - DTYPES
     if dtypes:
         return f"{', '.join(sorted(map(str, dtypes)))} tensors"
+    if node.target in FUSED_BACKWARDS and _large(node.args[0]):
+        return "a backward of a large tensor: torch's fused kernel is faster"
     if node.target in rewrites.WRITTEN_OUT and not rewrites.expands(node):
         return (
             "not converted by the frontend, written out only for plain convolutions "
             "and attention without dropout"
         )
-    if is_weight_gradient(node):
-        return "a convolution's weight gradient: torch's own is faster than OpenVINO's"
     if torch_when_large and node.target in TORCH_FASTER_WHEN_LARGE and _large(node.args[0]):
         return f"{TORCH_FASTER_WHEN_LARGE[node.target]} of a large tensor: torch's is faster"
     if _draws_random_numbers(node):
@@ -231,16 +231,6 @@ def _reads_inputs(node: fx.Node) -> bool:
 
 def _large(node: fx.Node) -> bool:
     return node.meta["val"].numel() >= LARGE
-
-
-def is_weight_gradient(node: fx.Node) -> bool:
-    """A ``convolution_backward`` that computes the weight's gradient alone: OpenVINO's
-    (a convolution, batch and channels swapped) is 1.3-2.5x slower than torch's own, so
-    it is left to the next backend; the AOT layer traces each backward split in two
-    (:func:`torchkiln_openvino.decompositions.convolution_backward`)."""
-    if node.target is not rewrites.CONVOLUTION_BACKWARD:
-        return False
-    return list(node.args[10]) == [False, True, False]
 
 
 def _draws_random_numbers(node: fx.Node) -> bool:

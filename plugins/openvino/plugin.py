@@ -3,9 +3,11 @@
 Graphs go through ``torchkiln.aot.aot_autograd``: forward, backward and inference aten
 graphs are each converted by OpenVINO's PyTorch frontend and compiled with
 ``compile_model``. The backend declares its capabilities (the ops the frontend
-converts): the core partitions each graph, and what OpenVINO can't convert (backward
-convolutions, pooling backward, ...) runs with the next backend of the chain
-(``backend=["openvino", "inductor"]``; eager when openvino is named alone).
+converts): the core partitions each graph, and what OpenVINO can't convert (pooling
+backward, grouped convolutions' backward, ...) runs with the next backend of the chain
+(``backend=["openvino", "inductor"]``; eager when openvino is named alone). A graph that
+torch runs faster than OpenVINO on its first call runs in torch from then on
+(:mod:`torchkiln_openvino.choice`, the ``torch_when_faster`` option).
 """
 
 from __future__ import annotations
@@ -58,15 +60,23 @@ OPTIONS = (
         "the next backend of the chain runs them",
         type=(tuple, list),
     ),
+    Option(
+        "torch_when_faster",
+        True,
+        "time each graph's OpenVINO model against torch running the same aten graph on its "
+        "first call, and keep the faster for good; False: OpenVINO runs every graph it converts",
+        type=bool,
+    ),
 )
 
 
 def capabilities() -> Capabilities:
     """The ops OpenVINO's frontend converts (called on the first compile: imports openvino)."""
     from torchkiln_openvino import cache, ops
-    from torchkiln_openvino.compiler import check_options, compile_aten_graph, decompositions
+    from torchkiln_openvino.choice import compile_partition
+    from torchkiln_openvino.compiler import check_options, decompositions
 
-    return ops.capabilities(compile_aten_graph, decompositions, check_options, cache.codec())
+    return ops.capabilities(compile_partition, decompositions, check_options, cache.codec())
 
 
 @hookimpl

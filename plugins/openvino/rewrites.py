@@ -13,7 +13,10 @@ backward, which the frontend does not convert at all: both are written out as ma
 products and a softmax, so that a transformer's forward and backward graphs are no
 longer cut at every attention (hf_bert's: 5 and 7 partitions).
 :func:`expand_convolution_backward` writes out a convolution's backward, which the
-frontend does not convert either, as convolutions.
+frontend does not convert either, as convolutions. :func:`expand_fused` writes out the
+ops the trace keeps whole for torch's fused kernels
+(:data:`torchkiln_openvino.decompositions.WRITTEN_OUT`: backward ops, the training batch
+norm) with the decompositions the trace would have applied.
 
 :func:`for_openvino` also counts the booleans of cumulative sums
 (:func:`count_booleans`) and returns each output once: the frontend fails on a graph
@@ -31,9 +34,10 @@ import operator
 import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 
 from torchkiln.effects import is_impure
+from torchkiln_openvino import decompositions
 from torchkiln_openvino.decompositions import LARGE
 
 aten = torch.ops.aten
@@ -46,15 +50,21 @@ ATTENTION = aten._scaled_dot_product_flash_attention_for_cpu.default
 ATTENTION_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 CONVOLUTION_BACKWARD = aten.convolution_backward.default
 
-#: The ops the frontend does not convert, which the rewrites here write out
-WRITTEN_OUT = frozenset({ATTENTION_BACKWARD, CONVOLUTION_BACKWARD})
+#: The ops the frontend does not convert (or not wholly), which the rewrites here write out
+WRITTEN_OUT = frozenset({ATTENTION_BACKWARD, CONVOLUTION_BACKWARD}) | decompositions.WRITTEN_OUT
 
 
 def expands(node: fx.Node) -> bool:
     """Whether a rewrite here gives all of ``node``'s outputs: a layer norm
     (:func:`expand_layer_norms`), an attention or its backward without dropout
     (:func:`expand_attention`), the backward of a convolution neither grouped nor
-    transposed (:func:`expand_convolution_backward`)."""
+    transposed (:func:`expand_convolution_backward`), an op the trace keeps whole for
+    torch's fused kernel (:func:`expand_fused`), save the backwards
+    :data:`~torchkiln_openvino.decompositions.FUSED_BACKWARDS` of large tensors."""
+    if node.target in decompositions.FUSED_BACKWARDS:
+        return node.args[0].meta["val"].numel() < LARGE
+    if node.target in decompositions.WRITTEN_OUT:
+        return True
     if node.target is CONVOLUTION_BACKWARD:
         transposed, groups = node.args[7], node.args[9]
         return not transposed and groups == 1
@@ -128,6 +138,33 @@ def expand_convolution_backward(gm: fx.GraphModule) -> None:
             written_out = functools.partial(convolution_backward, *options)
             _inline(node, written_out, [grad, input, weight])
     gm.recompile()
+
+
+def expand_fused(gm: fx.GraphModule) -> None:
+    """Writes out, in place, the ops of ``gm`` the trace kept whole for torch's fused
+    kernels (:data:`torchkiln_openvino.decompositions.WRITTEN_OUT`), as their
+    decompositions (:func:`torchkiln_openvino.decompositions.written_out`) traced with the
+    trace's own table: OpenVINO gets the ops it would have got from a decomposed trace."""
+    for node in list(gm.graph.nodes):
+        if node.target in decompositions.WRITTEN_OUT and expands(node):
+            _inline_call(node, decompositions.written_out(node.target))
+    gm.recompile()
+
+
+def _inline_call(node: fx.Node, fn) -> None:
+    """Replaces ``node`` by the aten ops of ``fn`` called on its arguments, its tensors
+    traced at their values and the rest (sizes, flags) as constants."""
+    flat, spec = tree_flatten((node.args, node.kwargs))
+    tensors = [k for k, arg in enumerate(flat) if isinstance(arg, fx.Node)]
+
+    def call(*values):
+        given = list(flat)
+        for k, value in zip(tensors, values):
+            given[k] = value
+        args, kwargs = tree_unflatten(given, spec)
+        return fn(*args, **kwargs)
+
+    _inline(node, call, [flat[k] for k in tensors], decompositions.table())
 
 
 def convolution_backward(
@@ -282,8 +319,9 @@ def model_outputs(gm: fx.GraphModule) -> list[int]:
 
 
 def for_openvino(gm: fx.GraphModule) -> fx.GraphModule:
-    """A copy of ``gm`` the frontend converts: its layer norms, attentions and convolution
-    backwards written out, its cumulative sums of booleans counted, and its outputs those
+    """A copy of ``gm`` the frontend converts: its layer norms, attentions, convolution
+    backwards and the ops kept whole for torch's fused kernels written out, its cumulative
+    sums of booleans counted, and its outputs those
     of :func:`model_outputs` (the runtime returns a repeated one as an alias of the first,
     an input as itself)."""
     graph = fx.Graph()
@@ -293,21 +331,24 @@ def for_openvino(gm: fx.GraphModule) -> fx.GraphModule:
     expand_layer_norms(copy)
     expand_attention(copy)
     expand_convolution_backward(copy)
+    expand_fused(copy)
     count_booleans(copy)
     copy.graph.eliminate_dead_code(is_impure_node=is_impure)
     copy.recompile()
     return copy
 
 
-def _inline(node: fx.Node, fn, inputs: list[fx.Node]) -> None:
-    """Replaces ``node`` (a multi-output op) by the aten ops of ``fn(*inputs)``, traced at
-    the inputs' values."""
-    traced = make_fx(fn, tracing_mode="fake")(*(i.meta["val"] for i in inputs))
+def _inline(node: fx.Node, fn, inputs: list[fx.Node], table: dict | None = None) -> None:
+    """Replaces ``node`` by the aten ops of ``fn(*inputs)``, traced at the inputs' values
+    (with the decompositions ``table``)."""
+    traced = make_fx(fn, table, tracing_mode="fake")(*(i.meta["val"] for i in inputs))
     graph = node.graph
     with graph.inserting_before(node):
         outputs = graph.graph_copy(
             traced.graph, dict(zip(traced.graph.find_nodes(op="placeholder"), inputs))
         )
+    if not isinstance(node.meta["val"], (tuple, list)):
+        node.replace_all_uses_with(outputs)
     for user in list(node.users):
         user.replace_all_uses_with(outputs[user.args[1]])
         graph.erase_node(user)

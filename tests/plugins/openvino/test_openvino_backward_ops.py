@@ -14,11 +14,10 @@ pytest.importorskip("openvino", reason="openvino is not installed")
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import torchkiln
 from torchkiln import logs
-from torchkiln_openvino import decompositions, ops, rewrites
+from torchkiln_openvino import ops, rewrites
 
 aten = torch.ops.aten
 F32 = {"rtol": 1e-4, "atol": 1e-4}
@@ -163,39 +162,7 @@ def test_convolution_backward_matches_torchs(shapes, mask):
     )
 
 
-@pytest.mark.parametrize("mask", [(True, True, True), (True, True, False), (False, True, True)])
-def test_a_convolution_backward_is_traced_with_its_weight_gradient_apart(mask):
-    torch.manual_seed(0)
-    x, w = torch.randn(2, 3, 9, 9), torch.randn(6, 3, 3, 3)
-    options = ([2, 2], [1, 1], [1, 1], False, [0, 0], 1)
-    grad = torch.randn_like(aten.convolution(x, w, None, *options[:-1], 1))
-    args = (grad, x, w, [6], *options, list(mask))
-    traced = make_fx(decompositions.convolution_backward)(*args)
-    calls = traced.graph.find_nodes(op="call_function", target=aten.convolution_backward.default)
-    assert [list(n.args[10]) for n in calls] == [[mask[0], False, mask[2]], [False, True, False]]
-    assert [ops.is_weight_gradient(n) for n in calls] == [False, True]
-    expected = aten.convolution_backward(*args)
-    torch.testing.assert_close(
-        [t for t in traced(*args) if t is not None],
-        [t for t, m in zip(expected, mask) if m],
-        rtol=0,
-        atol=0,
-    )
-
-
-@pytest.mark.parametrize(
-    "mask, groups",
-    [((False, True, False), 1), ((True, False, True), 1), ((True, True, True), 3)],
-)
-def test_a_convolution_backward_is_left_whole_otherwise(mask, groups):
-    x, w = torch.randn(2, 3, 9, 9), torch.randn(6, 3 // groups, 3, 3)
-    options = ([1, 1], [1, 1], [1, 1], False, [0, 0], groups)
-    grad = torch.randn(2, 6, 9, 9)
-    result = decompositions.convolution_backward(grad, x, w, [6], *options, list(mask))
-    assert result is NotImplemented
-
-
-def test_a_cnns_backward_is_one_openvino_graph_its_weight_gradients_torchs(caplog):
+def test_a_cnns_backward_is_one_openvino_graph(caplog):
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1),
@@ -209,11 +176,8 @@ def test_a_cnns_backward_is_one_openvino_graph_its_weight_gradients_torchs(caplo
     text = plans(
         caplog, torchkiln.compile(model, backend="openvino"), model, torch.randn(2, 3, 9, 9)
     )
-    # the input gradients (the first convolution's bias's) in OpenVINO, the weights' in torch
-    # (one partition: no path joins them)
-    assert "backward graph: 2 partitions (openvino: 1, eager: 1)" in text
-    assert "eager (3 ops): convolution_backward.default x3" in text
-    assert "a convolution's weight gradient: torch's own is faster" in text
+    # every gradient, the weights' too (torch runs the graph where it is faster: choice.py)
+    assert "backward graph: 1 partition (openvino: 1)" in text
 
 
 def test_a_grouped_convolutions_backward_runs_in_torch(caplog):
@@ -222,8 +186,7 @@ def test_a_grouped_convolutions_backward_runs_in_torch(caplog):
     text = plans(
         caplog, torchkiln.compile(model, backend="openvino"), model, torch.randn(2, 4, 9, 9)
     )
-    # the grouped convolution's whole backward, and the other's weight gradient
+    # the grouped convolution's whole backward
     assert "backward graph: 2 partitions (openvino: 1, eager: 1)" in text
-    assert "eager (2 ops): convolution_backward.default x2" in text
+    assert "eager (1 op): convolution_backward.default" in text
     assert "written out only for plain convolutions" in text
-    assert "a convolution's weight gradient: torch's own is faster" in text

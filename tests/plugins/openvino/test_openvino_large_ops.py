@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_leaves
 
 from tests.plugins.openvino.ov_checks import train_compared
-from torchkiln_openvino import decompositions, ops
+from torchkiln_openvino import decompositions, ops, rewrites
 from torchkiln_openvino.plugin import capabilities
 
 aten = torch.ops.aten
@@ -47,7 +48,7 @@ def test_a_large_chain_runs_its_norm_softmax_sums_and_backwards_in_torch(caplog)
     assert "a softmax of a large tensor" in text
     assert "a sum of a large tensor" in text
     for kept in ("_softmax_backward_data", "native_layer_norm_backward", "gelu_backward"):
-        assert f"{kept}.default: openvino: not among its ops" in text
+        assert f"{kept}.default: openvino: a backward of a large tensor" in text
 
 
 def test_a_large_chain_saves_what_torch_reads_in_its_backward(caplog):
@@ -68,9 +69,10 @@ def test_a_small_chain_runs_in_openvino_whole(caplog):
 
 
 @pytest.mark.parametrize("op", decompositions.FUSED_BACKWARDS, ids=lambda op: op.__name__)
-def test_fused_backwards_decompose_only_below_large(op):
-    table = decompositions.table()
-    small, large = torch.randn(4, 8), torch.randn(decompositions.LARGE // 8, 8)
+def test_fused_backwards_stay_whole_written_out_for_openvino_below_large(op):
+    """Traced whole (torch runs its fused kernel where it runs the graph), written out for
+    OpenVINO below ``LARGE`` elements, left to torch from there."""
+    assert op not in decompositions.table()
     arguments = {
         aten._softmax_backward_data.default: lambda g: (g, torch.softmax(g, -1), -1, g.dtype),
         aten.native_layer_norm_backward.default: lambda g: (
@@ -85,10 +87,39 @@ def test_fused_backwards_decompose_only_below_large(op):
         ),
         aten.gelu_backward.default: lambda g: (g, g),
     }[op]
-    assert table[op](*arguments(large)) is NotImplemented
-    traced = make_fx(table[op])(*arguments(small))
-    assert op not in {n.target for n in traced.graph.nodes}
-    torch.testing.assert_close(traced(*arguments(small)), op(*arguments(small)), **F32)
+    small, large = torch.randn(4, 8), torch.randn(decompositions.LARGE // 8, 8)
+    gm, inputs = traced(op, arguments(large))
+    node = next(n for n in gm.graph.nodes if n.target is op)
+    assert "a backward of a large tensor" in ops.supports(node)
+    gm, inputs = traced(op, arguments(small))
+    node = next(n for n in gm.graph.nodes if n.target is op)
+    assert ops.supports(node) is True
+    written_out = rewrites.for_openvino(gm)
+    assert op not in {n.target for n in written_out.graph.nodes}
+    expected = tensors(op(*arguments(small)))
+    torch.testing.assert_close(tensors(written_out(*inputs)), expected, **F32)
+    torch.testing.assert_close(tensors(gm(*inputs)), expected, **F32)
+
+
+def traced(op, args) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    """``op`` traced (fake) at ``args``, its tensors the graph's inputs; those tensors."""
+    inputs = [a for a in args if isinstance(a, torch.Tensor)]
+
+    def call(*given):
+        supply = iter(given)
+        return op(*(next(supply) if isinstance(a, torch.Tensor) else a for a in args))
+
+    return make_fx(call, tracing_mode="fake")(*inputs), inputs
+
+
+def tensors(result) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
+
+
+def call_node(op, args) -> torch.fx.Node:
+    """The node of ``op`` in a graph traced at ``args``."""
+    graph = make_fx(lambda *a: op(*a))(*args).graph
+    return next(n for n in graph.nodes if n.target is op)
 
 
 def test_lower_precisions_run_large_softmaxes_in_openvino():

@@ -23,7 +23,8 @@ SCRIPT = textwrap.dedent(
     load = cache.load
     def counting_load(artifact):
         graph = load(artifact)
-        threads.append(graph.compiled.get_property("INFERENCE_NUM_THREADS"))
+        if isinstance(graph, cache.OpenVINOGraph):  # not torch's, nor a choice of both
+            threads.append(graph.compiled.get_property("INFERENCE_NUM_THREADS"))
         return graph
     cache.load = counting_load  # before the first compile builds the codec
 

@@ -21,6 +21,7 @@ def test_openvino_is_listed_with_its_options():
         "cache_dir",
         "freeze_weights",
         "disabled_ops",
+        "torch_when_faster",
     }
     assert record.option_schema()["precision"].default == "f32"
     assert record.capabilities is not None
