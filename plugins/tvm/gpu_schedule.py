@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 import tvm
+from torchkiln_tvm.schedule import run_passes
 from tvm import relax, s_tir, tirx
 from tvm.relax.backend.cuda import pipeline as cuda
 from tvm.s_tir import dlight
@@ -75,10 +76,6 @@ def gpu_pipeline(target: Target, *, database=None) -> tvm.transform.Pass:
             passes.append(relax.transform.MetaScheduleApplyDatabase())
         passes.append(dlight.ApplyDefaultSchedule(*default_rules()))
         passes += cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target)
-        with target:
-            if database is None:
-                return tvm.transform.Sequential(passes)(mod)
-            with database:
-                return tvm.transform.Sequential(passes)(mod)
+        return run_passes(mod, passes, target, database)
 
     return pipeline

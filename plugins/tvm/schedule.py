@@ -76,13 +76,19 @@ def cpu_pipeline(
         if default_schedule:
             passes.append(dlight.ApplyDefaultSchedule(LoopOrder()))
         passes += cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
-        with target:
-            if database is None:
-                return tvm.transform.Sequential(passes)(mod)
-            with database:
-                return tvm.transform.Sequential(passes)(mod)
+        return run_passes(mod, passes, target, database)
 
     return pipeline
+
+
+def run_passes(mod: tvm.IRModule, passes: list, target: Target, database=None) -> tvm.IRModule:
+    """``passes`` over ``mod`` for ``target``, with ``database``'s records to look kernels up
+    in (MetaSchedule's ``ApplyDatabase`` reads the current database)."""
+    with target:
+        if database is None:
+            return tvm.transform.Sequential(passes)(mod)
+        with database:
+            return tvm.transform.Sequential(passes)(mod)
 
 
 class LoopOrder(CPUScheduleRule):

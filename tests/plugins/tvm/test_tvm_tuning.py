@@ -146,17 +146,23 @@ def fake_worker(tmp_path, how: str) -> list[str]:
     return [sys.executable, "-c", script]
 
 
-@needs_ffi
-@pytest.mark.parametrize("how", ["hang", "fail"])
-def test_a_candidate_that_hangs_or_fails_is_skipped(
-    tmp_path, how, monkeypatch, tvm_counters, timed_tuning
-):
-    monkeypatch.setattr(measure, "WORKER_COMMAND", fake_worker(tmp_path, how))
+def tune_four_candidates(worker: list[str], tmp_path, monkeypatch) -> None:
+    """Tune ``fn`` for 4 candidates measured by ``worker``, each timed out after 1 s; the
+    result must match eager."""
+    monkeypatch.setattr(measure, "WORKER_COMMAND", worker)
     monkeypatch.setattr(tuning, "CANDIDATE_TIMEOUT_S", 1.0)
     options = {**TVM_MATMUL, "tuning_trials": 4, "cache_dir": str(tmp_path / "records")}
     compiled = torchkiln.compile(fn, backend="tvm", options=options)
     x, w = args()
     torch.testing.assert_close(compiled(x, w), fn(x, w))
+
+
+@needs_ffi
+@pytest.mark.parametrize("how", ["hang", "fail"])
+def test_a_candidate_that_hangs_or_fails_is_skipped(
+    tmp_path, how, monkeypatch, tvm_counters, timed_tuning
+):
+    tune_four_candidates(fake_worker(tmp_path, how), tmp_path, monkeypatch)
     assert tvm_counters["tuning_trials"] == 4
     assert tvm_counters["tuning_failed_trials"] == 1
     assert timed_tuning[0] < 60  # the hung candidate cost its timeout, not its 600 s
@@ -182,12 +188,7 @@ def test_the_worker_starts_before_the_first_candidate_s_timeout_runs(
 ):
     """Its start used to count against the default schedule's measurement: that failed,
     and tuning then replaced the default with slower candidates (CUDA: softmax 3.2x)."""
-    monkeypatch.setattr(measure, "WORKER_COMMAND", slow_starting_worker(2.0))
-    monkeypatch.setattr(tuning, "CANDIDATE_TIMEOUT_S", 1.0)
-    options = {**TVM_MATMUL, "tuning_trials": 4, "cache_dir": str(tmp_path / "records")}
-    compiled = torchkiln.compile(fn, backend="tvm", options=options)
-    x, w = args()
-    torch.testing.assert_close(compiled(x, w), fn(x, w))
+    tune_four_candidates(slow_starting_worker(2.0), tmp_path, monkeypatch)
     assert tvm_counters["tuning_trials"] == 4
     assert tvm_counters["tuning_failed_trials"] == 0
 
