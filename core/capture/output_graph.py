@@ -324,7 +324,7 @@ class OutputGraph:
             if hasattr(module, name):  # the class's own ``__getattr__`` answers it
                 raise Unsupported(f"{vt.describe()}.{name} comes from a custom __getattr__")
             if src:
-                self.guards.add(f"not hasattr({src}, {name!r})", 2, f"{src} has no {name!r}")
+                self.guard_module_lacks(vt, name)
             raise Unsupported(f"{type(module).__name__} has no attribute {name!r}")
         if not isinstance(class_attr, (types.FunctionType, staticmethod, classmethod)):
             if hasattr(type(class_attr), "__get__"):
@@ -338,6 +338,32 @@ class OutputGraph:
         if isinstance(class_attr, classmethod):
             return V.UserMethodVariable(class_attr.__func__, V.ClassVariable(type(module)))
         return V.UserMethodVariable(class_attr, vt)
+
+    def guard_module_lacks(self, vt: V.NNModuleVariable, name: str) -> None:
+        """Guard that the module ``vt`` has no attribute ``name``.
+
+        ``not hasattr(module, name)`` costs 1.3-3 us a call (``nn.Module.__getattr__``
+        raising its AttributeError), one per layer of a Hugging Face model. Where the
+        class looks attributes up as ``nn.Module`` does (object's ``__getattribute__``,
+        ``nn.Module``'s ``__getattr__``), the same answer is four dict look-ups and
+        checks shared by the class's instances: no class defines ``name``, nor the
+        instance's ``__dict__``, nor its parameters, buffers or submodules.
+        """
+        src = vt.source
+        cls = type(vt.value)
+        if (
+            V.class_lookup(cls, "__getattribute__") is not _OBJECT_GETATTRIBUTE
+            or V.class_lookup(cls, "__getattr__") is not _MODULE_GETATTR
+        ):
+            self.guards.add(f"not hasattr({src}, {name!r})", 2, f"{src} has no {name!r}")
+            return
+        self.guard_class_member(vt, "__getattribute__")
+        self.guard_class_member(vt, "__getattr__")
+        self.guard_class_member(vt, name)  # no class defines it, nor the instance's __dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            self.guards.add(
+                f"{name!r} not in {src}.{table}", 2, f"{src} has no {table[1:-1]} {name!r}"
+            )
 
     def guard_class_member(self, vt: V.VariableTracker, name: str) -> None:
         """``vt.name`` is a method read from the class: guard that no instance attribute of
@@ -603,3 +629,8 @@ def _is_data_descriptor(value: Any) -> bool:
     return value is not V.MISSING and (
         hasattr(type(value), "__set__") or hasattr(type(value), "__delete__")
     )
+
+
+#: How ``nn.Module`` instances look attributes up (``guard_module_lacks``).
+_OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
+_MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
