@@ -25,7 +25,9 @@ from torchkiln.exc import KilnError
 @dataclass(frozen=True)
 class OutputAlias:
     """Output ``index`` is a view of input ``base`` with this layout (each part a ``SizeExpr``
-    of the call's arguments where the inputs have symbolic sizes)."""
+    of the call's arguments where the inputs have symbolic sizes). ``storage_offset`` counts
+    from where the base starts: a call's input may start elsewhere in its storage than the
+    traced one did (``base[5:].diagonal()`` views the storage from 5 on)."""
 
     index: int
     base: int
@@ -141,7 +143,9 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
                 base=base,
                 size=sizes.concrete(tuple(out.size())),
                 stride=sizes.concrete(tuple(out.stride())),
-                storage_offset=sizes.concrete(out.storage_offset()),
+                storage_offset=sizes.concrete(
+                    out.storage_offset() - tensor_inputs[base].storage_offset()
+                ),
                 is_base_itself=out is tensor_inputs[base],
                 detached=required_grad[base] and not out.requires_grad,
             )

@@ -317,7 +317,8 @@ def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
         if alias.detached:
             base = base.detach()
         layout = (alias.size, alias.stride, alias.storage_offset)
-        outputs[alias.index] = base.as_strided(*(resolve(v, args) for v in layout))
+        size, stride, offset = (resolve(v, args) for v in layout)
+        outputs[alias.index] = base.as_strided(size, stride, base.storage_offset() + offset)
     if meta.output_container is None:
         return outputs[0]
     if hasattr(meta.output_container, "_fields"):

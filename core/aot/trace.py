@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchkiln.aot.analysis import GraphMeta
 from torchkiln.aot.fake import fresh_copies, from_functional, functionalized, to_functional
+from torchkiln.aot.storage_views import read_storage_roots
 from torchkiln.effects import is_impure
 from torchkiln.exc import KilnError
 
@@ -41,6 +42,7 @@ def _flatten_io(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     gm.graph._codegen = torch.fx.graph.CodeGen()
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     output.args = (tuple(output.args[0]),)
+    read_storage_roots(gm.graph)
     gm.graph.eliminate_dead_code(is_impure_node=is_impure)
     gm.recompile()
     return gm

@@ -12,6 +12,11 @@ storage: the aliased inputs of a group are replaced by one *synthetic base*
 (``alias_base``: the whole storage as a 1-D tensor) and each alias is
 rebuilt inside the graph with ``as_strided``, so a write through one alias
 is seen through every other, as in eager.
+
+An input that ``as_strided`` addresses at an explicit storage offset is
+passed as a synthetic base too, mutated or not: graphs are traced, and
+backends compile, with inputs that start at their storage's beginning; the
+base does, where the input itself may start anywhere.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ def alias_base(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
 
 
+def storage_id(t: torch.Tensor) -> int:
+    """An id of ``t``'s storage (of a fake tensor: of its fake storage)."""
+    return t.untyped_storage()._cdata
+
+
 def is_argument(source: str) -> bool:
     """Tensors the caller passes, not a module's own parameters and buffers (those keep
     their identity from call to call; guarding them would cost a check per weight)."""
@@ -51,27 +61,30 @@ def is_weight(source: str, value: torch.Tensor) -> bool:
 
 
 def guard_and_merge_aliases(output: OutputGraph) -> None:
-    """If the graph mutates an input: guard the storage aliasing of the argument tensors and
-    replace each group of aliased inputs by a synthetic base."""
-    if not output.mutates_inputs:
+    """If the graph mutates an input or reads one's storage (``output.storage_reads``):
+    guard the storage aliasing of the argument tensors and replace each group of aliased
+    inputs, and each input whose storage is read, by a synthetic base."""
+    if not output.mutates_inputs and not output.storage_reads:
         return
     arguments = [(s, v, n) for s, v, n in output.inputs if is_argument(s)]
-    if len(arguments) < 2:
+    if not arguments:
         return
     guards = output.guards
     pattern = alias_pattern(*(value for _, value, _ in arguments))
-    sources = ", ".join(source for source, _, _ in arguments)
-    fn = guards.bind(alias_pattern, "alias_pattern")
-    guards.add(
-        f"{fn}({sources}) == {pattern!r}",
-        COST_TENSOR,
-        f"storages shared by {sources} follow the pattern {pattern}",
-    )
+    if len(arguments) > 1:
+        sources = ", ".join(source for source, _, _ in arguments)
+        fn = guards.bind(alias_pattern, "alias_pattern")
+        guards.add(
+            f"{fn}({sources}) == {pattern!r}",
+            COST_TENSOR,
+            f"storages shared by {sources} follow the pattern {pattern}",
+        )
     groups: dict[int, list] = {}
     for group, item in zip(pattern, arguments):
         groups.setdefault(group, []).append(item)
     for members in groups.values():
-        if len(members) > 1:
+        node = members[0][2]
+        if len(members) > 1 or storage_id(node.meta["example_value"]) in output.storage_reads:
             _merge(output, members)
 
 

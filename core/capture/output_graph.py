@@ -25,7 +25,7 @@ import torch.fx
 from torchkiln import effects
 from torchkiln.capture import dynamic, inference_mode, runtime
 from torchkiln.capture import variables as V
-from torchkiln.capture.aliasing import is_weight
+from torchkiln.capture.aliasing import is_argument, is_weight, storage_id
 from torchkiln.capture.builder import build
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import COST_GLOBAL_STATE, GuardSet
@@ -106,6 +106,8 @@ class OutputGraph:
         self.global_overrides: dict[tuple[int, str], V.VariableTracker] = {}
         self.mutates_inputs = False
         self._input_storages: set[int] = set()
+        #: input storages ``as_strided`` addresses at an explicit offset (see ``aliasing``)
+        self.storage_reads: set[int] = set()
         guards.grad_mode(self.grad_enabled)
         guards.default_dtype()
         guards.function_modes()
@@ -144,7 +146,7 @@ class OutputGraph:
         fake = self.fakes.from_tensor(value, source)
         node.meta["example_value"] = fake
         node.meta["weight"] = is_weight(source, value)
-        self._input_storages.add(_storage_id(fake))
+        self._input_storages.add(storage_id(fake))
         self.inputs.append((source, value, node))
         self.guards.tensor(source, value, fake)
         return V.TensorVariable(node, fake, source, type(value))
@@ -171,6 +173,7 @@ class OutputGraph:
             if type(e).__name__ == "DataDependentOutputException":
                 raise Unsupported(f"{name} has a data-dependent result ({type(e).__name__})") from e
             raise Unsupported(f"{name} failed while tracing: {type(e).__name__}: {e}") from e
+        self._note_storage_read(name, fake_args, fake_kwargs)
         if layout_before is not None and self._input_layout(fake_args[0]) != layout_before:
             # backends (the AOT layer) compile data mutations of inputs, not layout changes
             raise Unsupported(
@@ -209,17 +212,39 @@ class OutputGraph:
                         self._note_write(vt)
         return V.ConstantVariable(None)
 
+    def _note_storage_read(self, name: str, fake_args: list, fake_kwargs: dict) -> None:
+        """``as_strided`` at an explicit storage offset addresses the whole storage, where
+        an input may start anywhere: such an input is passed as its storage from offset 0
+        (``aliasing``), which a gradient can't flow through."""
+        position = _STORAGE_OFFSET_POSITION.get(name)
+        if position is None or not fake_args or not isinstance(fake_args[0], torch.Tensor):
+            return
+        if len(fake_args) <= position and "storage_offset" not in fake_kwargs:
+            return
+        storage = storage_id(fake_args[0])
+        if storage not in self._input_storages:
+            return
+        for source, value, node in self.inputs:
+            if storage_id(node.meta["example_value"]) != storage:
+                continue
+            if value.requires_grad or not is_argument(source):
+                what = "requires grad" if value.requires_grad else "is a parameter or buffer"
+                raise Unsupported(
+                    f"{name} at a storage offset of {source}, which {what}: run in eager"
+                )
+        self.storage_reads.add(storage)
+
     def _input_layout(self, fake: Any) -> tuple | None:
         """Size, strides, offset, storage and requires_grad of ``fake`` if it views an
         input's memory, else None (``set_``, ``requires_grad_`` change the last two)."""
-        if not isinstance(fake, torch.Tensor) or _storage_id(fake) not in self._input_storages:
+        if not isinstance(fake, torch.Tensor) or storage_id(fake) not in self._input_storages:
             return None
-        storage = _storage_id(fake)
+        storage = storage_id(fake)
         return (fake.shape, fake.stride(), fake.storage_offset(), storage, fake.requires_grad)
 
     def _note_write(self, vt: V.TensorVariable) -> None:
         """An op wrote into ``vt``: through a view or not, is that an input's memory?"""
-        self.mutates_inputs |= _storage_id(vt.example) in self._input_storages
+        self.mutates_inputs |= storage_id(vt.example) in self._input_storages
 
     def wrap_result(self, node: torch.fx.Node | None, example: Any) -> V.VariableTracker:
         if isinstance(example, torch.Tensor):
@@ -523,8 +548,8 @@ class OutputGraph:
         return vt
 
 
-def _storage_id(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+# ops that address their input's storage at an explicit offset: the offset's position
+_STORAGE_OFFSET_POSITION = {"as_strided": 3, "as_strided_": 3}
 
 
 def _member_source(source: str, table: str, path: str) -> str:

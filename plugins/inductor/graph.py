@@ -58,9 +58,11 @@ ANY_STRIDES = frozenset(
 )
 #: aten calls that must get their tensor arguments in the strides tracing saw: the CUDA
 #: attention kernels check the alignment of the bias's strides, which eager's composite
-#: ``scaled_dot_product_attention`` pads for them (a padded tensor, then a slice of it)
+#: ``scaled_dot_product_attention`` pads for them (a padded tensor, then a slice of it);
+#: ``as_strided`` addresses the storage by the traced strides
 STRIDE_SENSITIVE = frozenset(
     {
+        _aten.as_strided.default,
         _aten._scaled_dot_product_efficient_attention.default,
         _aten._scaled_dot_product_efficient_attention_backward.default,
         _aten._scaled_dot_product_flash_attention.default,

@@ -1162,8 +1162,23 @@ def _as_strided(g, meta, x, size, stride, storage_offset=None):
     base = g.realize(x)
     if not base.is_whole_buffer() and storage_offset is None:
         raise Unlowerable("as_strided of a view without an explicit storage offset")
+    if storage_offset is not None and not _holds_traced_storage(g, base):
+        raise Unlowerable("as_strided of a value stored unlike its traced storage")
     offset = base.buffer.layout.offset if storage_offset is None else storage_offset
     return StorageView(base.buffer, size, stride, offset)
+
+
+def _holds_traced_storage(g, base: StorageView) -> bool:
+    """Whether ``base``'s buffer is laid out as the traced operand's storage: the whole
+    operand (the AOT layer passes a view chain's root, ``torchkiln.aot.storage_views``) in
+    its traced strides from the storage's start (inputs are traced from there)."""
+    traced = g.current_node.args[0].meta.get("val") if g.current_node is not None else None
+    return (
+        isinstance(traced, torch.Tensor)
+        and base.is_whole_buffer()
+        and base.buffer.layout.stride == sizes_of(traced.stride())
+        and traced.storage_offset() == 0
+    )
 
 
 @register(aten.split.Tensor, aten.split_with_sizes.default)

@@ -36,6 +36,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_leaves
 
+from torchkiln.aot import storage_views
 from torchkiln.exc import InvalidOptionError
 from torchkiln.plugin import Capabilities
 from torchkiln_openvino import rewrites
@@ -161,6 +162,11 @@ def converted_wrongly(node: fx.Node) -> str | None:
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
         if dims is None:
             return "a variance over every dimension: OpenVINO's ignores the correction"
+    if node.target in STORAGE_READERS and not _dense_from_start(node.args[0]):
+        return (
+            "as_strided of a strided value: OpenVINO's reads the value's elements in order, "
+            "not its storage"
+        )
     if node.target is aten.repeat.default and not node.args[1]:
         return "a repeat with no repeats: OpenVINO's returns uninitialized memory"
     if node.target is aten.abs.default and not _reads_inputs(node.args[0]):
@@ -169,6 +175,18 @@ def converted_wrongly(node: fx.Node) -> str | None:
             "(abs(arange(-2, 1)) came back as arange(-2, 1): reflection padding's indices)"
         )
     return None
+
+
+#: ops that address their input's storage by strides and an offset
+STORAGE_READERS = storage_views.STORAGE_READERS | {aten.as_strided_scatter.default}
+
+
+def _dense_from_start(arg) -> bool:
+    """Whether ``arg`` was traced contiguous from its storage's start: the dense tensor
+    OpenVINO holds for it then has torch's layout (inputs are traced from their storage's
+    start, see ``torchkiln.aot.storage_views``)."""
+    val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.is_contiguous() and val.storage_offset() == 0
 
 
 MATMULS = (aten.mm.default, aten.bmm.default, aten.addmm.default)

@@ -28,6 +28,10 @@ def tvm_device(device: torch.device) -> tvm.runtime.Device:
     return tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu()
 
 
+#: TVM takes only tensors whose data starts on this many bytes' boundary
+TVM_ALIGNMENT = 64
+
+
 class TVMGraph:
     """``graph(*flat_tensors) -> list`` running one built Relax module's ``main``."""
 
@@ -87,4 +91,7 @@ class TVMGraph:
                     f"the tvm graph was built for {self.device}; input {k} is on {arg.device}"
                 )
             arg = arg.to(self.device)
-        return arg.detach().contiguous()
+        arg = arg.detach().contiguous()
+        if arg.data_ptr() % TVM_ALIGNMENT:  # a view starting inside its storage
+            arg = arg.clone()
+        return arg
