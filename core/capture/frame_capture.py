@@ -26,6 +26,7 @@ from torchkiln import logs
 from torchkiln.capture import inference_mode, runtime
 from torchkiln.capture import variables as V
 from torchkiln.capture.aliasing import guard_and_merge_aliases
+from torchkiln.capture.causal_masks import use_is_causal
 from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
 from torchkiln.capture.guards import GuardSet
@@ -139,6 +140,7 @@ def compile_graph_of(
     if output.autocast != output.initial_autocast:  # leave autocast as the graph found it
         graph.call_function(runtime.set_autocast, (output.initial_autocast,))
     graph.output(tuple(codegen.graph_outputs))
+    use_is_causal(graph)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     logs.artifact(
         "graph",
