@@ -108,6 +108,8 @@ class OutputGraph:
         self._input_storages: set[int] = set()
         #: input storages ``as_strided`` addresses at an explicit offset (see ``aliasing``)
         self.storage_reads: set[int] = set()
+        #: the nodes that write into each storage (in place, ``out=``, ``x[i] = ...``)
+        self.writers: dict[int, list[torch.fx.Node]] = {}
         guards.grad_mode(self.grad_enabled)
         guards.default_dtype()
         guards.function_modes()
@@ -192,10 +194,10 @@ class OutputGraph:
         node = self.graph.create_node(kind, target, proxy_args, proxy_kwargs)
         node.meta["example_value"] = example
         if target is operator.setitem:
-            self._note_write(args[0])
+            self._note_write(args[0], node)
         for arg in [*args, *kwargs.values()]:
             if isinstance(arg, V.TensorVariable) and arg.example is example:
-                self._note_write(arg)
+                self._note_write(arg, node)
                 return arg  # in-place op: keep the input's identity
         return self.wrap_result(node, example)
 
@@ -209,7 +211,7 @@ class OutputGraph:
             for arg in args:
                 for vt in arg.items if isinstance(arg, V.ListVariable | V.TupleVariable) else [arg]:
                     if isinstance(vt, V.TensorVariable):
-                        self._note_write(vt)
+                        self._note_write(vt, node)
         return V.ConstantVariable(None)
 
     def _note_storage_read(self, name: str, fake_args: list, fake_kwargs: dict) -> None:
@@ -242,9 +244,11 @@ class OutputGraph:
         storage = storage_id(fake)
         return (fake.shape, fake.stride(), fake.storage_offset(), storage, fake.requires_grad)
 
-    def _note_write(self, vt: V.TensorVariable) -> None:
-        """An op wrote into ``vt``: through a view or not, is that an input's memory?"""
-        self.mutates_inputs |= storage_id(vt.example) in self._input_storages
+    def _note_write(self, vt: V.TensorVariable, node: torch.fx.Node) -> None:
+        """``node`` wrote into ``vt``: through a view or not, is that an input's memory?"""
+        storage = storage_id(vt.example)
+        self.writers.setdefault(storage, []).append(node)
+        self.mutates_inputs |= storage in self._input_storages
 
     def wrap_result(self, node: torch.fx.Node | None, example: Any) -> V.VariableTracker:
         if isinstance(example, torch.Tensor):

@@ -44,6 +44,41 @@ def random_mask(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def filled_mask(q, k, v):
+    """Causal as its ops compute it, then overwritten in place: not causal when used."""
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    mask.fill_(True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def mask_set_through_a_view(q, k, v):
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    mask.view(-1)[1] = True
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def mask_anded_in_place(q, k, v):
+    """As transformers combines mask functions: ``&=`` into the comparison's result."""
+    L, S = q.shape[-2], k.shape[-2]
+    mask = torch.arange(S)[None, :] <= torch.arange(L)[:, None]
+    mask &= torch.ones(L, S, dtype=torch.bool)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def mask_written_after_use(q, k, v):
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    mask.fill_(False)
+    return out, mask
+
+
+def full_mask(q, k, v):
+    """Attends everywhere: the same as no mask."""
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.zeros(q.shape[-2], k.shape[-2]), dropout_p=0.0
+    )
+
+
 def input_mask(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
@@ -67,7 +102,10 @@ def qkv(queries=8, keys=8):
     return torch.randn(2, 4, queries, 16), torch.randn(2, 4, keys, 16), torch.randn(2, 4, keys, 16)
 
 
-@pytest.mark.parametrize("fn", [arange_mask, additive_mask, lowest_value_mask])
+@pytest.mark.parametrize(
+    "fn",
+    [arange_mask, additive_mask, lowest_value_mask, mask_anded_in_place, mask_written_after_use],
+)
 @pytest.mark.parametrize("keys", [8, 12])
 def test_a_causal_mask_of_constants_becomes_is_causal(fn, keys):
     compiled, graphs = compile_and_record(fn)
@@ -79,10 +117,11 @@ def test_a_causal_mask_of_constants_becomes_is_causal(fn, keys):
     assert not [n for n in graphs[0].graph.nodes if n.target in (torch.arange, torch.full)]
 
 
-def test_a_mask_that_is_not_causal_stays():
-    compiled, graphs = compile_and_record(shifted_mask)
+@pytest.mark.parametrize("fn", [shifted_mask, filled_mask, mask_set_through_a_view])
+def test_a_mask_that_is_not_causal_stays(fn):
+    compiled, graphs = compile_and_record(fn)
     q, k, v = qkv()
-    torch.testing.assert_close(compiled(q, k, v), shifted_mask(q, k, v))
+    torch.testing.assert_close(compiled(q, k, v), fn(q, k, v))
     (call,) = sdpa_calls(graphs[0])
     assert not call.kwargs.get("is_causal", False)
 
@@ -109,3 +148,35 @@ def test_a_mask_the_caller_passes_stays():
     torch.testing.assert_close(compiled(q, k, v, other), input_mask(q, k, v, other))
     (call,) = sdpa_calls(graphs[0])
     assert not call.kwargs.get("is_causal", False)
+
+
+def test_a_mask_that_attends_everywhere_is_dropped():
+    compiled, graphs = compile_and_record(full_mask)
+    q, k, v = qkv()
+    torch.testing.assert_close(compiled(q, k, v), full_mask(q, k, v))
+    (call,) = sdpa_calls(graphs[0])
+    assert call.kwargs["attn_mask"] is None and call.kwargs["is_causal"] is False
+
+
+@pytest.mark.parametrize("model", ["LlamaForCausalLM", "GPT2LMHeadModel"])
+def test_transformers_mask_built_under_compilation_becomes_is_causal(model, monkeypatch):
+    """transformers 5.17 builds the mask under compilation (5.18 skips it as eager does when
+    no padding mask is passed): forced here, through its own mask functions."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers")
+    monkeypatch.setattr(
+        transformers.masking_utils, "_ignore_causal_mask_sdpa", lambda *a, **k: False
+    )
+    small = dict(num_hidden_layers=2, num_attention_heads=2, vocab_size=64)
+    if model == "LlamaForCausalLM":
+        config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, **small)
+    else:
+        config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=64)
+    torch.manual_seed(0)
+    net = getattr(transformers, model)(config).eval()
+    net.config._attn_implementation = "sdpa"
+    compiled, graphs = compile_and_record(lambda ids: net(ids).logits)
+    ids = torch.randint(0, 64, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids), net(ids).logits)
+    calls = sdpa_calls(graphs[0])
+    assert len(calls) == 2 and all(c.kwargs["is_causal"] is True for c in calls)
