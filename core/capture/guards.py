@@ -330,10 +330,11 @@ class GuardSet:
                 read = f"{source}.shape[{dim}]"
                 self.add(f"{read} == {size}", COST_TENSOR, f"{read} == {size}")
 
-    def shape_guards(self) -> None:
-        """Add the ShapeEnv's facts over symbolic sizes (``s0 >= 2``, ``s0 % 8 == 0``)."""
+    def shape_guards(self, lenient: bool = False) -> None:
+        """Add the ShapeEnv's facts over symbolic sizes (``s0 >= 2``, ``s0 % 8 == 0``);
+        ``lenient``: those that print (``ShapeGuards.expressions``)."""
         if self.shapes is not None:
-            for expr, description in self.shapes.expressions(config.guard_strides):
+            for expr, description in self.shapes.expressions(config.guard_strides, lenient):
                 self.add(expr, COST_TENSOR, description)
 
     def grad_mode(self, enabled: bool) -> None:
@@ -458,13 +459,14 @@ class GuardSet:
         lines.append("    return None")
         return guard, "\n".join(lines) + "\n"
 
-    def compile(self, params: str, filename: str) -> tuple[Any, Any, str]:
+    def compile(self, params: str, filename: str, lenient: bool = False) -> tuple[Any, Any, str]:
         """Generate both functions; returns ``(guard, first_failure, source text)``.
+        ``lenient``: for an entry that runs the frame in eager (``shape_guards``).
 
         ``first_failure`` is compiled on its first call: only a cache miss needs it,
         and compiling a frame's try/except per guard was most of a warm start's guard cost.
         """
-        self.shape_guards()
+        self.shape_guards(lenient)
         self._dict_read_guards()
         guard_text, failure_text = self._function_texts(params)
         ns = self.ns

@@ -139,22 +139,40 @@ class ShapeGuards:
     def add_input(self, source: str, fake: torch.Tensor) -> None:
         """Note the sizes ``fake`` (read through ``source``) stands for; its strides and
         offset must follow from sizes (a dense layout), since only sizes are guarded."""
-        self.inputs.append((source, fake))
-        for dim, size in enumerate(fake.shape):
-            expr = _expr(size)
-            if isinstance(expr, sympy.Symbol):
-                self.sizes.setdefault(expr, []).append(f"{source}.shape[{dim}]")
+        sizes = [
+            (expr, f"{source}.shape[{dim}]")
+            for dim, expr in enumerate(map(_expr, fake.shape))
+            if isinstance(expr, sympy.Symbol)
+        ]
+        known = self.sizes.keys() | {expr for expr, _ in sizes}
         layout = [_expr(s) for s in (*fake.stride(), fake.storage_offset())]
-        if any(not e.free_symbols <= self.sizes.keys() for e in layout):
+        if any(not e.free_symbols <= known for e in layout):
+            # refused before it is noted: the entry that runs the frame in eager instead
+            # guards with what was noted, which must print
             raise Unsupported(
                 f"{source} has dynamic sizes and a layout (strides, offset) that does not "
                 "follow from them; mark its dimensions static (torchkiln.mark_static)"
             )
+        self.inputs.append((source, fake))
+        for expr, read in sizes:
+            self.sizes.setdefault(expr, []).append(read)
 
-    def expressions(self, strides: bool) -> list[tuple[str, str]]:
-        """``(expression, description)`` of every fact the graph assumes about the sizes."""
+    def expressions(self, strides: bool, lenient: bool = False) -> list[tuple[str, str]]:
+        """``(expression, description)`` of every fact the graph assumes about the sizes.
+        ``lenient``: facts that read a size no input gives are left out rather than refused
+        (for an entry that runs the frame in eager, which any inputs may take)."""
         printer = _SourcePrinter({s: sources[0] for s, sources in self.sizes.items()})
         found: list[tuple[str, str]] = []
+
+        def add(make_text, describe) -> None:
+            try:
+                text = make_text()
+            except Unsupported:
+                if not lenient:
+                    raise
+                return
+            found.append((text, describe(text)))
+
         for symbol, sources in self.sizes.items():
             for other in sources[1:]:
                 found.append((f"{other} == {sources[0]}", f"{other} == {sources[0]}"))
@@ -168,16 +186,21 @@ class ShapeGuards:
                 )
         for guard in self.shape_env.guards:
             if free_unbacked_symbols(guard.expr):
+                if lenient:
+                    continue
                 raise Unsupported(f"a shape guard on a data-dependent size: {guard.expr}")
-            text = printer.doprint(guard.expr)
-            found.append((text, f"{text} (symbolic: {guard.expr})"))
+            add(
+                lambda g=guard: printer.doprint(g.expr),
+                lambda text, g=guard: f"{text} (symbolic: {g.expr})",
+            )
         if strides:
             for source, fake in self.inputs:
-                stride = ", ".join(printer.doprint(_expr(s)) for s in fake.stride())
-                stride += "," if fake.dim() == 1 else ""
-                found.append(
-                    (f"{source}.stride() == ({stride})", f"{source}.stride() == ({stride})")
-                )
+
+                def stride_guard(source=source, fake=fake) -> str:
+                    stride = ", ".join(printer.doprint(_expr(s)) for s in fake.stride())
+                    return f"{source}.stride() == ({stride}{',' if fake.dim() == 1 else ''})"
+
+                add(stride_guard, lambda text: text)
         return found
 
 
