@@ -10,6 +10,7 @@ outputs require grad. Tracing and the runtime both read this record.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,17 @@ def _shares_memory(fake_inputs: list) -> bool:
     return len({_storage_id(t) for t in tensors}) < len(tensors)
 
 
+def _views_keep_grad() -> contextlib.AbstractContextManager:
+    """Under inference mode, as no_grad: eager's views of inputs that require grad keep it
+    there (a view of a normal tensor made in inference mode), fake tensors' did not."""
+    if not torch.is_inference_mode_enabled():
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.inference_mode(False))
+    stack.enter_context(torch.no_grad())
+    return stack
+
+
 def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMode) -> GraphMeta:
     """Run ``gm`` on copies of ``fake_inputs`` (left untouched): functionally, then plainly."""
     mutated = _mutated_inputs(gm, fake_inputs, fake_mode)
@@ -121,7 +133,7 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
     copies = fresh_copies(fake_inputs, fake_mode)
     tensor_inputs = {i: t for i, t in enumerate(copies) if isinstance(t, torch.Tensor)}
     required_grad = {i: t.requires_grad for i, t in tensor_inputs.items()}
-    with fake_mode, symbolic_dispatch(fake_mode), untraced(fake_mode):
+    with fake_mode, symbolic_dispatch(fake_mode), untraced(fake_mode), _views_keep_grad():
         result = gm.forward(*copies)
     output_container = type(result) if isinstance(result, (tuple, list)) else None
     outputs = [result] if output_container is None else list(result)

@@ -126,6 +126,25 @@ def test_a_returned_view_keeps_requires_grad_like_eager(backend, mode):
     assert_close(out, ref)
 
 
+def reshapes_of_its_input(x):
+    return x.reshape(-1), x.permute(0, 2, 3, 1).reshape(-1, 3)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_returned_reshape_view_keeps_requires_grad_under_inference_mode(backend):
+    """``reshape`` returns a view where the strides allow; under inference mode eager's
+    keeps its base's requires_grad, which the AOT layer's fake analysis had lost (found by
+    the guard fuzz's layout mutations)."""
+    torchkiln.reset()
+    compiled = torchkiln.compile(reshapes_of_its_input, backend=backend)
+    x = torch.randn(1, 3, 4, 6, requires_grad=True)
+    with torch.inference_mode():
+        out, ref = compiled(x), reshapes_of_its_input(x)
+    assert [o.requires_grad for o in out] == [r.requires_grad for r in ref] == [True, True]
+    assert all(o.untyped_storage()._cdata == x.untyped_storage()._cdata for o in out)
+    assert_close(out, ref)
+
+
 def views_of_an_intermediate(x):
     y = x * 2
     return y, y.view(-1), y[0], y[1:].t()
