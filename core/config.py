@@ -57,7 +57,7 @@ persist_captures: bool = _env_flag("TORCHKILN_PERSIST_CAPTURES", True)
 #: Keep ops whose output size depends on the data (``nonzero``, ``x[mask]``, ``unique``,
 #: ``masked_select``...) in the graph, their sizes unbacked SymInts, instead of breaking
 #: the graph there (torch.compile's flag of the same name). Backends that take no such sizes
-#: (``Backend(data_dependent_sizes=False)``: inductor, and those taking static shapes only)
+#: (``Backend(data_dependent_sizes=False)``: those taking static shapes only, by default)
 #: still get the break.
 #: ``TORCHKILN_CAPTURE_DYNAMIC_OUTPUT_SHAPE_OPS=1`` turns it on.
 capture_dynamic_output_shape_ops: bool = _env_flag(

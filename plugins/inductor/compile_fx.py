@@ -20,6 +20,7 @@ from torch.fx import GraphModule
 from torch.utils import _pytree as pytree
 
 from torchkiln import logs
+from torchkiln.exc import NotImplementedYet
 
 from . import trace
 from .autotune.cpp_kernels import CppTuning, cpp_tuning
@@ -36,7 +37,7 @@ from .kernel_plan import KernelPlan, plan_kernel
 from .options import InductorOptions
 from .passes import run_passes
 from .scheduler import FusedKernel, Schedule, Scheduler
-from .sizes import SizeFacts, SymbolicUnsupported, size_facts
+from .sizes import SizeFacts, SymbolicUnsupported, is_unbacked, size_facts
 from .templates import plan_templates
 
 
@@ -154,10 +155,30 @@ def generate(
     gm: GraphModule, example_inputs: list[Any], options: InductorOptions
 ) -> GeneratedGraph:
     """Lower, schedule and generate ``gm``; with symbolic sizes in ``example_inputs`` (fake
-    tensors of the AOT layer's symbolic graphs), code that serves every size in range."""
-    facts = SizeFacts.of(example_inputs)
+    tensors of the AOT layer's symbolic graphs), code that serves every size in range; with
+    sizes only the data gives (unbacked ``u0``: ``nonzero``'s count) in its nodes, code that
+    reads them off the results that give them."""
+    facts = SizeFacts.of([*example_inputs, *(n.meta.get("val") for n in gm.graph.nodes)])
     if not facts.ranges:
         return _generate(gm, example_inputs, options)
+    try:
+        return _generate_symbolic(gm, example_inputs, options, facts)
+    except SymbolicUnsupported as e:
+        unbacked = sorted(str(s) for s in facts.ranges if is_unbacked(s))
+        if not unbacked:
+            raise  # the core compiles the graph once per size instead
+        # no compile per size serves a size that changes with the data
+        raise NotImplementedYet(
+            f"the inductor can't compile this graph for every value of {', '.join(unbacked)} "
+            f"(sizes that depend on the data): {e}. Set "
+            "torchkiln.config.capture_dynamic_output_shape_ops = False to break the graph at "
+            "the op giving them instead"
+        ) from e
+
+
+def _generate_symbolic(
+    gm: GraphModule, example_inputs: list[Any], options: InductorOptions, facts: SizeFacts
+) -> GeneratedGraph:
     if options.max_autotune:
         raise SymbolicUnsupported("max_autotune measures kernels at concrete sizes")
     device = _device(gm, example_inputs)

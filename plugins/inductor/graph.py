@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 from torch.fx import GraphModule, Interpreter, Node
+from torch.fx.experimental.symbolic_shapes import CallMethodKey
+from torch.utils import _pytree as pytree
 
 from torchkiln.exc import NotImplementedYet
 
@@ -42,7 +44,7 @@ from .ir import (
 )
 from .loop_body import Value, record, store
 from .lowering import LOWERINGS, RANDOM_OPS, Unlowerable
-from .sizes import as_size, hint, is_static, sizes_of
+from .sizes import SymbolicUnsupported, as_size, hint, is_static, sizes_of, strides_of
 
 #: 2-D convolutions run on channels-last tensors where the device prefers it
 #: (:attr:`.device.DeviceCaps.channels_last_conv`)
@@ -263,6 +265,9 @@ class GraphLowering(Interpreter):
                 return self._conv_backward(args, kwargs, meta)
             return self._conv_channels_last(args, kwargs, meta)
         reason = self._why_not_lowered(target, args, kwargs, meta)
+        if reason is None and self.current_node.meta.get("unbacked_bindings"):
+            # the wrapper reads the sizes off the aten call's result (see ``fallback``)
+            reason = "its output size depends on the data"
         if reason is None:
             try:
                 return LOWERINGS[target](self, meta, *args, **kwargs)
@@ -278,9 +283,7 @@ class GraphLowering(Interpreter):
         for value, node in zip(args, nodes):
             meta = node.meta.get("val") if isinstance(node, Node) else None
             if isinstance(value, TensorValue) and isinstance(meta, torch.Tensor):
-                layout = Layout(
-                    sizes_of(meta.shape), sizes_of(meta.stride()), value.dtype, value.device
-                )
+                layout = Layout(sizes_of(meta.shape), strides_of(meta), value.dtype, value.device)
                 value = self.realize(value, layout)
             out.append(value)
         return tuple(out)
@@ -302,7 +305,7 @@ class GraphLowering(Interpreter):
                 layout = None
                 if isinstance(meta, torch.Tensor) and sizes_of(meta.shape) == value.size:
                     layout = Layout(
-                        sizes_of(meta.shape), sizes_of(meta.stride()), value.dtype, value.device
+                        sizes_of(meta.shape), strides_of(meta), value.dtype, value.device
                     )
                 value = self.realize(value, layout)
             elif self.channels_last and isinstance(value, StorageView):
@@ -369,7 +372,7 @@ class GraphLowering(Interpreter):
         """A 4-D output made channels-last here, copied back to the strides eager gives it."""
         if not isinstance(meta, torch.Tensor) or len(value.size) != 4:
             return value
-        layout = Layout(sizes_of(meta.shape), sizes_of(meta.stride()), value.dtype, value.device)
+        layout = Layout(sizes_of(meta.shape), strides_of(meta), value.dtype, value.device)
         if value.layout() == layout or value.layout() != self._default_layout(value):
             return value
         return self.realize(value, layout)
@@ -410,28 +413,14 @@ class GraphLowering(Interpreter):
             layout = layout or Layout.of_tensor(meta)
             ext = ExternKernel(name, layout, target, ext_args, ext_kwargs, reason, mutates)
             self.ir.buffers.append(ext)
-            return StorageView.of(ext)
+            result = StorageView.of(ext)
+            self._define_unbacked(ext, result)
+            return result
         ext = ExternKernel(name, None, target, ext_args, ext_kwargs, reason, mutates)
         self.ir.buffers.append(ext)
         if isinstance(meta, (list, tuple)):
-            results = []
-            for i, m in enumerate(meta):
-                if isinstance(m, torch.Tensor):
-                    out = MultiOutput(self.new_name(), Layout.of_tensor(m), ext, i)
-                    ext.outputs.append(out)
-                    self.ir.buffers.append(out)
-                    results.append(StorageView.of(out))
-                elif m is None or type(m) in (int, float, bool):
-                    # a plain number beside tensors (attention's max sequence lengths) comes
-                    # from the static shapes tracing saw: the same on every call of this graph
-                    results.append(m)
-                elif isinstance(m, (torch.SymInt, torch.SymFloat)):
-                    results.append(as_size(m))  # the same, of symbolic sizes: an expression
-                else:
-                    raise NotImplementedYet(
-                        f"{op_name} returns a {type(m).__name__} inside a tuple; the inductor "
-                        "backend only runs such ops with tensor and number results"
-                    )
+            results = self._tuple_results(ext, meta)
+            self._define_unbacked(ext, results)
             return results
         if meta is None:
             ext.mutates = True
@@ -440,6 +429,37 @@ class GraphLowering(Interpreter):
             f"{op_name} returns a Python scalar ({type(meta).__name__}); the inductor backend "
             "cannot use run-time scalars yet"
         )
+
+    def _tuple_results(self, ext: ExternKernel, meta: list | tuple) -> list:
+        """The entries of an aten call's tuple result: views of its tensors, numbers."""
+        results = []
+        for i, m in enumerate(meta):
+            if isinstance(m, torch.Tensor):
+                out = MultiOutput(self.new_name(), Layout.of_tensor(m), ext, i)
+                ext.outputs.append(out)
+                self.ir.buffers.append(out)
+                results.append(StorageView.of(out))
+            elif m is None or type(m) in (int, float, bool):
+                # a plain number beside tensors (attention's max sequence lengths) comes
+                # from the static shapes tracing saw: the same on every call of this graph
+                results.append(m)
+            elif isinstance(m, (torch.SymInt, torch.SymFloat)):
+                results.append(as_size(m))  # the same, of symbolic sizes: an expression
+            else:
+                raise NotImplementedYet(
+                    f"{ext.op} returns a {type(m).__name__} inside a tuple; the inductor "
+                    "backend only runs such ops with tensor and number results"
+                )
+        return results
+
+    def _define_unbacked(self, ext: ExternKernel, result: Any) -> None:
+        """Record where the wrapper reads the sizes only ``ext``'s result gives (the node's
+        ``unbacked_bindings``: ``u0`` at ``.size(0)`` of ``nonzero``'s result), right after
+        the call."""
+        bindings = self.current_node.meta.get("unbacked_bindings") or {}
+        for symbol, path in bindings.items():
+            self.ir.size_sources[symbol] = _source_at(result, path, ext.op)
+            self.ir.size_definers[symbol] = ext.name
 
     def _extern_arg(self, value: Any, any_strides: bool = False) -> ExternArg:
         if isinstance(value, PointwiseValue) and any_strides:
@@ -451,6 +471,22 @@ class GraphLowering(Interpreter):
                 "list", [self.realize(v) if isinstance(v, TensorValue) else v for v in value]
             )
         return ExternArg("const", value)
+
+
+def _source_at(result: Any, path: tuple, op: Any) -> str:
+    """Python text reading the size at ``path`` (a ``unbacked_bindings`` key path) of an aten
+    call's ``result``: ``buf3.size(0)``, ``buf5.stride(1)``."""
+    keys = list(path)
+    if keys and isinstance(keys[0], pytree.SequenceKey) and isinstance(result, list):
+        result = result[keys.pop(0).idx]
+    if not isinstance(result, StorageView):
+        raise SymbolicUnsupported(f"{op} gives a size the inductor can't read at {path}")
+    match keys:
+        case [CallMethodKey("size" | "stride" as method), pytree.SequenceKey(idx)]:
+            return f"{result.buffer.name}.{method}({idx})"
+        case [CallMethodKey("storage_offset")]:
+            return f"{result.buffer.name}.storage_offset()"
+    raise SymbolicUnsupported(f"{op} gives a size the inductor can't read at {path}")
 
 
 def _read_order_layout(value: PointwiseValue) -> Layout | None:

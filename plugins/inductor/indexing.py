@@ -31,6 +31,7 @@ from .sizes import (
     is_static,
     known_less,
     known_nonnegative,
+    known_positive_divisor,
     size_text,
 )
 
@@ -187,7 +188,7 @@ class Expr:
 
     def _split(self, d: Size) -> tuple[Expr, Expr | None]:
         """``self == d*q + r`` with ``q`` exact; ``r`` holds what ``d`` does not divide."""
-        if not known_nonnegative(d - 1):
+        if not known_positive_divisor(d):
             raise ValueError(f"index divisor must be positive, got {d}")
         q_terms, r_terms = {}, {}
         for atom, coeff in self.terms:

@@ -29,7 +29,7 @@ import torch
 
 from .indexing import Expr, contiguous_strides, linear_index, make_vars
 from .loop_body import LoopBody, Value, ops, record, reduction, store
-from .sizes import Size, as_size, hint
+from .sizes import Size, as_size, hint, strides_of
 
 Index = list[Expr]
 #: what lowerings pass around: a function of an index that calls ``ops.*``
@@ -56,7 +56,7 @@ class Layout:
     def of_tensor(t: torch.Tensor) -> Layout:
         return Layout(
             tuple(as_size(s) for s in t.shape),
-            tuple(as_size(s) for s in t.stride()),
+            strides_of(t),
             t.dtype,
             t.device,
             0,
@@ -362,8 +362,12 @@ class GraphIR:
     seed_buffer: InputBuffer | None = None
     num_seeds: int = 0
     fallbacks: dict[str, str] = field(default_factory=dict)  # op name -> reason
-    #: where the wrapper reads each size symbol: ``arg0.size(1)``, ``arg2`` (a SymInt input)
+    #: where the wrapper reads each size symbol: ``arg0.size(1)``, ``arg2`` (a SymInt input),
+    #: ``buf3.size(0)`` (an unbacked one: the size of an aten call's result)
     size_sources: dict[Any, str] = field(default_factory=dict)
+    #: the aten call (its buffer's name) whose result gives each unbacked size symbol: the
+    #: symbol exists from that call on
+    size_definers: dict[Any, str] = field(default_factory=dict)
 
     def buffer(self, name: str) -> Buffer:
         for buf in (*self.inputs, *self.constants, *self.buffers):

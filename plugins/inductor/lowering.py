@@ -36,6 +36,7 @@ from .sizes import (
     known_less,
     known_nonnegative,
     sizes_of,
+    strides_of,
 )
 
 aten = torch.ops.aten
@@ -1176,7 +1177,7 @@ def _holds_traced_storage(g, base: StorageView) -> bool:
     return (
         isinstance(traced, torch.Tensor)
         and base.is_whole_buffer()
-        and base.buffer.layout.stride == sizes_of(traced.stride())
+        and base.buffer.layout.stride == strides_of(traced)
         and traced.storage_offset() == 0
     )
 

@@ -28,6 +28,8 @@ def torchkiln_backends() -> list[Backend]:
             # symbolic graphs get C++ kernels that take sizes as arguments; what the inductor
             # can't compile symbolically raises NeedsStaticShapes: the core compiles it per size
             dynamic_shapes=True,
-            data_dependent_sizes=False,  # no unbacked sizes yet: graphs break at nonzero
+            # nonzero, x[mask]... run as aten calls; kernels after them take the sizes read
+            # off their results (unbacked symbols) as arguments
+            data_dependent_sizes=True,
         )
     ]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from .indexing import Expr, Var, make_vars
 from .ir import ComputedBuffer, ExternKernel, GraphIR, Reduction, Scatter
 from .loop_body import LoopBody
-from .sizes import as_size, divides, exact_quotient, hint
+from .sizes import as_size, divides, exact_quotient, hint, symbols_in
 
 #: elements of the largest loop that independent kernels fuse over where the device has no
 #: independent fusion (one program of a GPU kernel covers it: fusing costs no parallelism)
@@ -317,6 +317,8 @@ class Scheduler:
         for ext in self.externs:
             names = {self._step_name(v.buffer.name) for v in ext.kernel.tensor_args()}
             deps[ext.kernel.name] = {d for d in names if d in produced}
+        if self.graph.size_definers:
+            self._add_size_dependencies(deps)
         # Side-effecting extern calls keep their place relative to each other.
         last_effect = None
         for ext in self.externs:
@@ -325,6 +327,20 @@ class Scheduler:
                     deps[ext.kernel.name].add(last_effect)
                 last_effect = ext.kernel.name
         return deps
+
+    def _add_size_dependencies(self, deps: dict[str, set[str]]) -> None:
+        """Make each step that uses an unbacked size (in its sizes, body or arguments) run
+        after the aten call giving it, where the wrapper reads it: ``zeros(u0)`` reads no
+        buffer of that call."""
+        definers = self.graph.size_definers
+
+        def definers_in(text: str) -> set[str]:
+            return {self._step_name(definers[s]) for s in symbols_in(text, definers)}
+
+        for node in self.nodes:
+            deps[node.name] |= definers_in(_sizes_text(node.buffer))
+        for ext in self.externs:  # a call giving unbacked sizes names them in its layout
+            deps[ext.kernel.name] |= definers_in(_extern_sizes_text(ext.kernel)) - {ext.kernel.name}
 
     def _program_order(self) -> list[str]:
         steps = [(n.order, n.name) for n in self.nodes] + [
@@ -535,3 +551,19 @@ class Scheduler:
                 if readers.get(n.name, set()) <= {i}:
                     internal.add(n.name)
         return internal
+
+
+def _sizes_text(buf: ComputedBuffer) -> str:
+    """Everything of ``buf`` that may name a size symbol: its layout, loops and body."""
+    data = buf.data
+    loops = (data.ranges, getattr(data, "reduction_ranges", ()))
+    return f"{buf.layout} {loops}\n{buf.body}"
+
+
+def _extern_sizes_text(ext: ExternKernel) -> str:
+    """The same of an aten call: its arguments (views' sizes, size lists) and its results'
+    layouts."""
+    args = [*ext.args, *ext.kwargs.values()]
+    views = [v.layout() for v in ext.tensor_args()]
+    layouts = [ext.layout, *(o.layout for o in ext.outputs)]
+    return f"{[a.value for a in args if a.kind != 'tensor']} {views} {layouts}"

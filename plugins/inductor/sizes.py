@@ -7,12 +7,18 @@ polynomials in the symbols; kernels take the symbols as ``int64_t`` arguments, w
 wrapper reads off its inputs' sizes. A static graph never meets sympy: every helper here
 takes plain ints through plain int arithmetic.
 
+Sizes only the data gives (``nonzero``'s count, ``x[mask]``'s length:
+``config.capture_dynamic_output_shape_ops``) are *unbacked* symbols ``u0``, ``u1``...: the
+wrapper reads each off the result of the aten call that makes it, right after that call.
+
 Decisions that must hold for every size (is ``i < n``? is ``c >= 0``?) are *proved* from the
-symbols' ranges (:func:`known_nonnegative`; sizes are at least 2: torch specializes 0 and
-1); what can't be proved takes the branch that is right for every size. Heuristics (run in
-parallel? how many lanes?) read a hint instead: the size of the call that compiled the graph
-(:func:`hint`). What the IR can't express symbolically raises :class:`SymbolicUnsupported`,
-a ``NeedsStaticShapes``: the core then compiles the graph once per size instead.
+symbols' ranges (:func:`known_nonnegative`; input sizes are at least 2: torch specializes 0
+and 1; unbacked ones may be 0 or 1); what can't be proved takes the branch that is right for
+every size. Heuristics (run in parallel? how many lanes?) read a hint instead: the size of
+the call that compiled the graph (:func:`hint`), :data:`UNBACKED_HINT` for an unbacked
+symbol, which no call gave. What the IR can't express symbolically raises
+:class:`SymbolicUnsupported`, a ``NeedsStaticShapes``: the core then compiles the graph once
+per size instead (no compile per size serves an unbacked size: there it is an error).
 """
 
 from __future__ import annotations
@@ -31,11 +37,15 @@ from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, PowByNatural,
 from torch.utils._sympy.functions import FloorDiv as SympyFloorDiv
 from torch.utils._sympy.functions import Max as TorchMax
 from torch.utils._sympy.functions import Min as TorchMin
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from torchkiln.exc import NeedsStaticShapes
 
 Size = int | sympy.Expr
+#: the hint of an unbacked size (within its range): torch's inductor guesses the same
+#: (``unbacked_symint_fallback``); it only steers heuristics, never what a kernel computes
+UNBACKED_HINT = 8192
 #: torch's ShapeEnv writes its own Max and Min (contiguous strides take ``Max(1, size)``)
 _MIN_MAX = (sympy.Max, sympy.Min, TorchMax, TorchMin)
 
@@ -61,14 +71,36 @@ class SizeFacts:
             for size in _symbolic_ints(value):
                 env = facts.shape_env = size.node.shape_env
                 for symbol in size.node.expr.free_symbols:
-                    facts.ranges[symbol] = env.var_to_range.get(symbol, ValueRanges(0, sympy.oo))
-                    facts.hints[symbol] = int(env.backed_var_to_val[symbol])
+                    known = env.var_to_range.get(symbol, ValueRanges(0, sympy.oo))
+                    facts.ranges[symbol] = known
+                    if is_unbacked(symbol):
+                        facts.hints[symbol] = _clamped(UNBACKED_HINT, known)
+                    else:
+                        facts.hints[symbol] = int(env.backed_var_to_val[symbol])
         return facts
+
+
+def is_unbacked(symbol: sympy.Symbol) -> bool:
+    """Whether ``symbol`` is a size only the data gives (``u0``: no input's size backs it)."""
+    return symbol_is_type(symbol, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT))
+
+
+def _clamped(value: int, known: ValueRanges) -> int:
+    """``value`` moved into ``known`` (an unbacked size's range: ``x[mask]`` of 10 elements
+    has at most 10)."""
+    if value > known.upper:  # never true of an unbounded range's infinity
+        return int(known.upper)
+    if value < known.lower:
+        return int(known.lower)
+    return value
 
 
 def _symbolic_ints(value) -> Iterator[torch.SymInt | torch.SymFloat]:
     if isinstance(value, (torch.SymInt, torch.SymFloat)):
         yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _symbolic_ints(item)
     elif isinstance(value, torch.Tensor):
         for s in (*value.shape, *value.stride(), value.storage_offset()):
             if isinstance(s, torch.SymInt):
@@ -94,9 +126,10 @@ def size_facts(facts: SizeFacts) -> Iterator[SizeFacts]:
         _FACTS.reset(token)
 
 
-def as_size(value) -> Size:
+def as_size(value, nonempty: bool = False) -> Size:
     """An ``int``, or a sympy expression where ``value`` (a SymInt, an expression) is symbolic.
-    A SymFloat (``1 / numel`` in a norm's backward) becomes its expression too."""
+    A SymFloat (``1 / numel`` in a norm's backward) becomes its expression too. ``nonempty``:
+    ``value`` matters only where every size is at least 1 (a stride: see :func:`strides_of`)."""
     if type(value) is int:
         return value
     if isinstance(value, (torch.SymInt, torch.SymFloat)):
@@ -106,7 +139,7 @@ def as_size(value) -> Size:
         if env is not None and not value.is_Symbol:
             value = env.simplify(value)
         if value.has(*_MIN_MAX):
-            value = value.replace(lambda e: isinstance(e, _MIN_MAX), _settle)
+            value = value.replace(lambda e: isinstance(e, _MIN_MAX), lambda e: _settle(e, nonempty))
         value = sympy.expand(value)
         if value.is_Integer:
             return int(value)
@@ -114,14 +147,21 @@ def as_size(value) -> Size:
     return int(value)
 
 
-def _settle(e: sympy.Expr) -> sympy.Expr:
+def _settle(e: sympy.Expr, nonempty: bool) -> sympy.Expr:
     """``Max(a, b)`` or ``Min(a, b)`` as the argument the ranges prove it to be (torch writes
     ``x[:, 1:]``'s size as ``Max(0, s0 - 1)``), else unchanged."""
     wanted = 1 if isinstance(e, (sympy.Max, TorchMax)) else -1
     for a in e.args:
-        if all(known_nonnegative(wanted * (a - b)) for b in e.args if b is not a):
+        if all(known_nonnegative(wanted * (a - b), nonempty) for b in e.args if b is not a):
             return a
     return e
+
+
+def strides_of(t: torch.Tensor) -> tuple[Size, ...]:
+    """``t``'s strides, which address its elements: they matter only where it has some, so
+    every size counts as at least 1 (torch writes a contiguous stride over an unbacked size
+    ``u0``, which may be 0, as ``Max(1, u0)``: ``u0`` here)."""
+    return tuple(as_size(s, nonempty=True) for s in t.stride())
 
 
 def sizes_of(values) -> tuple[Size, ...]:
@@ -149,13 +189,26 @@ def hint(value: Size) -> int:
     return int(value.subs(_facts().hints))
 
 
-def known_nonnegative(value: Size) -> bool:
-    """Whether ``value >= 0`` holds for every size in range (False where unknown)."""
+def known_nonnegative(value: Size, nonempty: bool = False) -> bool:
+    """Whether ``value >= 0`` holds for every size in range (False where unknown);
+    ``nonempty``: for every size in range that is at least 1 (an unbacked one may be 0)."""
     if isinstance(value, int):
         return value >= 0
-    ranges = _facts().ranges
-    missing = {s: ValueRanges(0, sympy.oo) for s in value.free_symbols if s not in ranges}
-    return bool(bound_sympy(value, {**ranges, **missing}).lower >= 0)
+    ranges = dict(_facts().ranges)
+    for symbol in value.free_symbols:
+        known = ranges.get(symbol, ValueRanges(0, sympy.oo))
+        if nonempty and is_unbacked(symbol) and known.lower < 1:
+            known = ValueRanges(1, known.upper)
+        ranges[symbol] = known
+    return bool(bound_sympy(value, ranges).lower >= 0)
+
+
+def known_positive_divisor(value: Size) -> bool:
+    """Whether ``value >= 1`` for every size in range where an index divides by it: an
+    unbacked size may be 0, but an index divides only by the sizes of loops around it, and
+    loops over an empty size run no iteration (torch's inductor reasons "size-obliviously"
+    the same way)."""
+    return known_nonnegative(value - 1, nonempty=True)
 
 
 def known_less(a: Size, b: Size) -> bool:

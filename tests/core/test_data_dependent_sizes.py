@@ -173,35 +173,50 @@ def test_flag_off_breaks_the_graph(caplog):
         torchkiln.compile(masked_select, backend="eager", fullgraph=True)(x, mask)
 
 
-@pytest.mark.usefixtures("capture_dynamic_output_shape_ops")
-def test_backend_without_data_dependent_sizes_still_breaks_the_graph(caplog):
-    if "inductor" not in torchkiln.list_backends():
-        pytest.skip("the inductor backend is not usable here (torchkiln_inductor)")
+@pytest.fixture
+def no_data_dependent_sizes():
+    """A backend that takes symbolic sizes but none only the data gives
+    (``Backend(data_dependent_sizes=False)``): it fails on a graph holding one."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+    from torchkiln.plugin import Backend
+
+    def compile_fn(gm, example_inputs):
+        for node in gm.graph.nodes:
+            assert not free_unbacked_symbols(node.meta.get("example_value")), node.format_node()
+        return gm.forward
+
+    name = "no_data_dependent_sizes"
+    torchkiln.register_backend(Backend(name, compile_fn, data_dependent_sizes=False), override=True)
+    return name
+
+
+@pytest.mark.usefixtures("capture_dynamic_output_shape_ops")
+def test_backend_without_data_dependent_sizes_still_breaks_the_graph(
+    caplog, no_data_dependent_sizes
+):
     def f(x, mask):
         return x[mask].sum() + x.sum()
 
-    compiled = torchkiln.compile(f, backend="inductor")
+    compiled = torchkiln.compile(f, backend=no_data_dependent_sizes)
     with kiln_logs("graph_breaks"), caplog.at_level(logging.INFO, logger="torchkiln"):
         for mask in masks():
             x = torch.randn(8)
             torch.testing.assert_close(compiled(x, mask), f(x, mask))
     logged = "\n".join(r.getMessage() for r in caplog.records if r.artifact == "graph_breaks")
-    assert "backend 'inductor' takes no data-dependent sizes" in logged
+    assert f"backend {no_data_dependent_sizes!r} takes no data-dependent sizes" in logged
 
 
 @pytest.mark.usefixtures("capture_dynamic_output_shape_ops")
-def test_the_break_holds_in_frames_with_symbolic_sizes_too():
+def test_the_break_holds_in_frames_with_symbolic_sizes_too(no_data_dependent_sizes):
     """The frame after a break gets ``x[mask]``'s result, whose size changes every call: its
     capture has symbolic sizes (a ShapeEnv), which had kept the second ``x[mask]`` in the graph
-    with an unbacked size, and the inductor failed to compile it."""
-    if "inductor" not in torchkiln.list_backends():
-        pytest.skip("the inductor backend is not usable here (torchkiln_inductor)")
+    with an unbacked size, for a backend that takes none."""
 
     def f(x, mask):
         return x[mask].sum() + x.sum(), x[mask] * 2
 
-    compiled = torchkiln.compile(f, backend="inductor")
+    compiled = torchkiln.compile(f, backend=no_data_dependent_sizes)
     for count in (3, 5, 6, 2):  # no 0 or 1: those sizes are specialized
         x, mask = torch.randn(8), torch.randperm(8) < count
         torch.testing.assert_close(compiled(x, mask), f(x, mask))

@@ -10,7 +10,9 @@ takes it over instead of allocating (buffer reuse); one that none takes over
 is deleted where it died, so that peak memory stays near eager's. Inputs whose strides
 differ from the ones the graph was compiled for are copied into that layout. A graph with
 symbolic sizes reads each size symbol off its inputs first (``s0 = arg0.size(1)``): sizes
-and strides in the source are expressions of them, and kernels take them as arguments.
+and strides in the source are expressions of them, and kernels take them as arguments. A
+size only the data gives (unbacked: ``nonzero``'s count) is read off the result of the aten
+call giving it, right after that call (``u0 = buf3.size(0)``).
 """
 
 from __future__ import annotations
@@ -229,7 +231,14 @@ class WrapperCodegen:
         missing = sorted(str(s) for s in used if s not in sources)
         if missing:
             raise SymbolicUnsupported(f"no input gives the size symbols {', '.join(missing)}")
-        return [f"{s} = {source}" for s, source in sorted(sources.items(), key=lambda i: str(i[0]))]
+        inputs = sorted((s for s in sources if s not in self.graph.size_definers), key=str)
+        return [f"{s} = {sources[s]}" for s in inputs]
+
+    def _unbacked_sizes(self, ext: ExternKernel) -> list[str]:
+        """Lines reading the sizes only ``ext``'s result gives (``u0 = buf3.size(0)``): every
+        step using them comes after it (the scheduler orders them so)."""
+        defined = [s for s, name in self.graph.size_definers.items() if name == ext.name]
+        return [f"{s} = {self.graph.size_sources[s]}" for s in sorted(defined, key=str)]
 
     @staticmethod
     def _pool_key(buf: Buffer) -> tuple:
@@ -302,14 +311,13 @@ class WrapperCodegen:
         args += [f"{k}={self.arg_expr(v)}" for k, v in ext.kwargs.items()]
         call = f"{fn}({', '.join(args)})"
         comment = f"  # {ext.reason}" if ext.reason != "extern kernel" else ""
-        if ext.layout is not None:
-            lines = [f"{ext.name} = {call}{comment}", *self._checked_layout(ext)]
-        elif ext.outputs:
-            lines = [f"{ext.name} = {call}{comment}"]
-            for o in ext.outputs:
-                lines += [f"{o.name} = {ext.name}[{o.index}]", *self._checked_layout(o)]
-        else:
-            lines = [f"{call}{comment}"]
+        if ext.layout is None and not ext.outputs:
+            return [f"{call}{comment}"]
+        lines = [f"{ext.name} = {call}{comment}"]
+        lines += [f"{o.name} = {ext.name}[{o.index}]" for o in ext.outputs]
+        lines += self._unbacked_sizes(ext)  # the checked strides may name them
+        for result in ext.outputs or [ext]:
+            lines += self._checked_layout(result)
         return lines
 
     def _checked_layout(self, buf: Buffer) -> list[str]:
