@@ -106,6 +106,7 @@ class GraphLowering(Interpreter):
         self.channels_last = caps.channels_last_conv and any(_is_conv2d(n) for n in gm.graph.nodes)
         # inputs the forward saves for backward, and their channels-last copies made here
         self._saved_inputs = _saved_inputs(gm, self.num_user_outputs)
+        self._user_outputs = _user_outputs(gm, self.num_user_outputs)
         self._channels_last_inputs: dict[Node, StorageView] = {}
 
     # -- public ---------------------------------------------------------------
@@ -206,7 +207,10 @@ class GraphLowering(Interpreter):
                 users > 1
                 and (out.cost >= REUSE_COST or self._full_size_reads(out) >= REUSE_FULL_READS)
             ):
-                out = self.realize(out)
+                # a value the caller gets is stored as eager would lay it out, here as at
+                # ``output`` (its other readers made it a buffer first)
+                layout = _traced_layout(out, n.meta.get("val")) if n in self._user_outputs else None
+                out = self.realize(out, layout)
         origin = _op_name(n)  # what kernel names and profiles show
         for buf in self.ir.buffers[first_new:]:
             buf.origin = origin
@@ -302,12 +306,7 @@ class GraphLowering(Interpreter):
                 # saved for backward: kept in our layout (a weight in its converted one)
                 value = self._channels_last_inputs.get(meta_node) or self.realize(value)
             elif isinstance(value, PointwiseValue):
-                layout = None
-                if isinstance(meta, torch.Tensor) and sizes_of(meta.shape) == value.size:
-                    layout = Layout(
-                        sizes_of(meta.shape), strides_of(meta), value.dtype, value.device
-                    )
-                value = self.realize(value, layout)
+                value = self.realize(value, _traced_layout(value, meta))
             elif self.channels_last and isinstance(value, StorageView):
                 value = self._eager_strides(value, meta)
             self.ir.outputs.append(value)
@@ -489,6 +488,13 @@ def _source_at(result: Any, path: tuple, op: Any) -> str:
     raise SymbolicUnsupported(f"{op} gives a size the inductor can't read at {path}")
 
 
+def _traced_layout(value: PointwiseValue, meta: Any) -> Layout | None:
+    """The layout tracing gave ``value`` (eager's strides), where ``meta`` has its sizes."""
+    if not isinstance(meta, torch.Tensor) or sizes_of(meta.shape) != value.size:
+        return None
+    return Layout(sizes_of(meta.shape), strides_of(meta), value.dtype, value.device)
+
+
 def _read_order_layout(value: PointwiseValue) -> Layout | None:
     """The layout that stores ``value`` in the memory order of its first read of all its
     dimensions (a transposed product stored transposed), so that the kernel making it reads
@@ -507,6 +513,15 @@ def _read_order_layout(value: PointwiseValue) -> Layout | None:
             strides[d], step = step, step * value.size[d]
         return Layout(value.size, tuple(strides), value.dtype, value.device)
     return None
+
+
+def _user_outputs(gm: GraphModule, num_user_outputs: int | None) -> set[Node]:
+    """The nodes the graph returns to its caller (not those saved for backward)."""
+    outputs = gm.graph.output_node().args[0]
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    if num_user_outputs is not None:
+        outputs = outputs[:num_user_outputs]
+    return {n for n in outputs if isinstance(n, Node)}
 
 
 def _saved_inputs(gm: GraphModule, num_user_outputs: int | None) -> set[Node]:

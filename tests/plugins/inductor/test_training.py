@@ -5,9 +5,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+import torchkiln
 from torchkiln_inductor.backend import compile_graph
 from torchkiln_inductor.graph import _channels_last_backward_is_safe
 
@@ -143,3 +145,26 @@ def test_convolution_weights_are_converted_once_and_saved_converted(caplog):
         assert forward.count(converted) == 1  # once, however many convolutions use it
         assert converted not in backward  # the saved copy comes in channels-last
         assert f".stride() != {strides}" in backward
+
+
+@pytest.mark.parametrize("activation", [torch.relu, torch.sigmoid, torch.exp])
+def test_an_output_saved_for_backward_keeps_eager_strides(activation):
+    """``activation(x + y)`` of a transposed and a contiguous input takes the first's layout
+    in eager; saved for the backward too, its buffer had been made row-major before the
+    output took eager's layout (found by the guard fuzz's layout mutations)."""
+    torchkiln.reset()
+
+    def fn(x, y):
+        return activation(x + y)
+
+    compiled = torchkiln.compile(fn, backend="inductor")
+    x = torch.randn(3, 2).t().requires_grad_()
+    y = torch.randn(2, 3, requires_grad=True)
+    out, expected = compiled(x, y), fn(x, y)
+    torch.testing.assert_close(out, expected)
+    assert out.stride() == expected.stride() == (1, 2)
+    out.sum().backward()
+    grads = [x.grad, y.grad]
+    x.grad = y.grad = None
+    expected.sum().backward()
+    torch.testing.assert_close(grads, [x.grad, y.grad])
