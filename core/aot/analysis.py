@@ -11,6 +11,7 @@ outputs require grad. Tracing and the runtime both read this record.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,11 @@ class OutputAlias:
     #: Otherwise it is rebuilt from the base as it is now, so it requires grad exactly when
     #: eager's view would (views keep it even under no_grad and inference mode).
     detached: bool
+    #: Rebuilds it from the base by the view ops that made it, where ``as_strided`` would
+    #: not do: on a base whose elements share memory (``expand``) that requires grad,
+    #: ``as_strided``'s backward sums the gradient over the shared elements where eager's
+    #: views route it. Held in memory only: a plan with one is not stored on disk.
+    replay: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,16 @@ def _shares_memory(fake_inputs: list) -> bool:
     return len({_storage_id(t) for t in tensors}) < len(tensors)
 
 
+def _view_replay(out: torch.Tensor, base: torch.Tensor, requires_grad: bool) -> Any:
+    """``out``'s view ops, replayable on a real base, where its base needs them (see
+    ``OutputAlias.replay``); else None."""
+    overlaps = any(st == 0 and n > 1 for st, n in zip(base.stride(), base.shape))
+    static = not any(isinstance(v, torch.SymInt) for v in (*out.shape, *base.shape))
+    if requires_grad and overlaps and static and out._is_view() and out is not base:
+        return out._view_func_unsafe
+    return None
+
+
 def _views_keep_grad() -> contextlib.AbstractContextManager:
     """Under inference mode, as no_grad: eager's views of inputs that require grad keep it
     there (a view of a normal tensor made in inference mode), fake tensors' did not."""
@@ -160,6 +176,7 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
                 ),
                 is_base_itself=out is tensor_inputs[base],
                 detached=required_grad[base] and not out.requires_grad,
+                replay=_view_replay(out, tensor_inputs[base], required_grad[base]),
             )
         )
     return GraphMeta(

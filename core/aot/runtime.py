@@ -316,6 +316,9 @@ def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
             continue
         if alias.detached:
             base = base.detach()
+        if alias.replay is not None:
+            outputs[alias.index] = alias.replay(base)
+            continue
         layout = (alias.size, alias.stride, alias.storage_offset)
         size, stride, offset = (resolve(v, args) for v in layout)
         outputs[alias.index] = base.as_strided(size, stride, base.storage_offset() + offset)

@@ -145,6 +145,30 @@ def test_a_returned_reshape_view_keeps_requires_grad_under_inference_mode(backen
     assert_close(out, ref)
 
 
+def slices_of_its_input(x):
+    return x[1:], x.t()[:, 1]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_views_of_an_expanded_input_route_gradients_as_in_eager(backend):
+    """An expanded leaf that requires grad (stride 0: its rows share memory): the output
+    views rebuilt with ``as_strided`` summed the gradient over the shared elements; eager's
+    slice and select route it to the elements they read (found by the guard fuzz)."""
+    torchkiln.reset()
+    compiled = torchkiln.compile(slices_of_its_input, backend=backend)
+
+    def leaf():
+        return torch.tensor([[1.0], [2.0]]).expand(2, 3).requires_grad_()
+
+    x, expected_x = leaf(), leaf()
+    out, expected = compiled(x), slices_of_its_input(expected_x)
+    assert_close(out, expected)
+    cotangents = (torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([5.0, 7.0, 11.0]))
+    torch.autograd.backward(out, cotangents)
+    torch.autograd.backward(expected, cotangents)
+    assert_close(x.grad, expected_x.grad)
+
+
 def views_of_an_intermediate(x):
     y = x * 2
     return y, y.view(-1), y[0], y[1:].t()
