@@ -6,7 +6,9 @@ calls (its :class:`Knob` s: globals, closure cells, defaults, module
 attributes, submodules, buffers, hooks). :func:`mutate` changes things
 between calls, from every class the issue lists: shapes, dtypes,
 ``requires_grad``, global torch state (:class:`Env`), knobs, aliasing between
-inputs, threads and config. A changed dimension drifts back to its initial
+inputs, threads and config; and the memory layout of inputs (the same values
+at a storage offset, strided, permuted, channels_last, expanded: see
+:func:`laid_out`). A changed dimension drifts back to its initial
 value over the next calls, so a run keeps revisiting states it compiled
 before (the stale-entry case) without running out of cache entries.
 """
@@ -125,6 +127,7 @@ class Spec:
     requires_grad: bool = False
     alias: str = "distinct"  # or one of Target.alias
     inference_inputs: bool = False
+    layout: str = "contiguous"  # or one of Target.layouts
 
     def changed(self, target: Target) -> str:
         parts = [f"shape={target.shapes[self.shape]}", f"dtype={short(self.dtype)}"]
@@ -134,14 +137,19 @@ class Spec:
             parts.append("inference_inputs")
         if self.alias != "distinct":
             parts.append(f"alias={self.alias}")
+        if self.layout != "contiguous":
+            parts.append(f"layout={self.layout}")
         return ",".join(parts)
 
 
 def rand(spec: Spec, gen: torch.Generator, *shape: int, grad: bool | None = None) -> torch.Tensor:
+    """Random values of ``spec``'s dtype, laid out in memory as ``spec.layout`` says."""
     t = torch.randn(shape, generator=gen, dtype=F32).to(spec.dtype)
     if spec.inference_inputs:
         with torch.inference_mode():
-            t = t.clone()
+            t = laid_out(t.clone(), spec.layout, gen)
+    else:
+        t = laid_out(t, spec.layout, gen)
     if spec.requires_grad if grad is None else grad:
         t.requires_grad_()
     return t
@@ -161,7 +169,8 @@ def aliased_pair(
         "distinct": lambda: rand(spec, gen, *shape),
         "same": lambda: a,
         "slice": lambda: a[:],
-        "view": lambda: a.view(-1).view(shape),
+        # strides that no flat view has (permuted, expanded) are viewed as they are
+        "view": lambda: a.view(-1).view(shape) if a.is_contiguous() else a.view(shape),
     }[spec.alias]()
 
 
@@ -169,6 +178,50 @@ def one_input(spec: Spec, gen: torch.Generator, shape: tuple) -> torch.Tensor:
     if spec.alias == "transposed":  # same values' shape, other strides
         return rand(spec, gen, *reversed(shape)).t()
     return rand(spec, gen, *shape)
+
+
+# ---------------------------------------------------------------------------
+# Layouts: the same values in another memory layout (Spec.layout, besides "contiguous").
+
+#: Every layout an input may take besides "contiguous".
+LAYOUTS = ("offset", "strided", "permuted", "channels_last", "expanded")
+#: A target's layouts unless it says otherwise: channels_last changes 4-D tensors only.
+FLAT_LAYOUTS = ("offset", "strided", "permuted", "expanded")
+#: The layouts of inputs a target writes: eager refuses to write an expanded one (its elements share memory).
+WRITABLE = ("offset", "strided", "permuted")
+
+
+def laid_out(t: torch.Tensor, layout: str, gen: torch.Generator) -> torch.Tensor:
+    """``t``'s values (shape, dtype) in ``layout``; a layout that does not apply to its rank leaves it as it is.
+
+    offset: a view starting inside a larger storage (``storage[5:17].view(3, 4)``); strided: every
+    other element of a last dimension twice as long (``big[..., ::2]``), from element 0 or 1;
+    permuted: dense, dimensions stored in reverse order (a transpose's strides); channels_last: of a
+    4-D tensor; expanded: each row's first element repeated along the last dimension (stride 0),
+    not along the batch: equal rows would give a batch norm a zero variance to divide noise by.
+    The storage outside an offset or strided view is random, not zeros: a compiled call that reads
+    or writes it where eager does not gives another answer (the fuzz compares whole storages).
+    """
+    if layout == "expanded":
+        return t.narrow(-1, 0, 1).clone().expand(t.shape) if t.dim() else t
+    if layout == "permuted" and t.dim() >= 2:
+        reverse = tuple(reversed(range(t.dim())))
+        return t.permute(reverse).contiguous().permute(reverse)
+    if layout == "channels_last" and t.dim() == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if layout == "offset":
+        start = int(torch.randint(1, 8, (), generator=gen))
+        view = filler(t.dtype, gen, start + t.numel() + 3)[start : start + t.numel()].view(t.shape)
+    elif layout == "strided" and t.dim() >= 1:
+        start = int(torch.randint(0, 2, (), generator=gen))
+        view = filler(t.dtype, gen, *t.shape[:-1], 2 * t.shape[-1])[..., start::2]
+    else:
+        return t
+    return view.copy_(t)
+
+
+def filler(dtype: torch.dtype, gen: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=F32).to(dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -309,6 +362,7 @@ class Target:
     grad: bool = True  # inputs may require grad
     alias: tuple[str, ...] = ()  # aliasing modes besides "distinct"
     inference_inputs: bool = False  # inputs may be inference tensors
+    layouts: tuple[str, ...] = FLAT_LAYOUTS  # memory layouts of inputs besides "contiguous"
     threads: bool = True  # thread-safe in eager: may be called from several threads at once
     inductor: bool = False  # part of the (slower) inductor subset
     touched: tuple[str, ...] = ()  # globals of this module the target writes
@@ -654,28 +708,30 @@ def deterministic_branch(x):
 ALIASES = ("same", "slice", "view", "overlap")
 
 
-@target(category="aliasing", args=aliased_pair, alias=ALIASES, inductor=True)
+@target(category="aliasing", args=aliased_pair, alias=ALIASES, layouts=WRITABLE, inductor=True)
 def inplace_scale(a, b):
     """With grad: eager raises (a leaf that requires grad mutated in place) unless grad mode is off."""
     a.mul_(2)
     return a + b
 
 
-@target(category="aliasing", args=aliased_pair, grad=False, alias=ALIASES)
+@target(category="aliasing", args=aliased_pair, grad=False, alias=ALIASES, layouts=WRITABLE)
 def inplace_both(a, b):
     a.add_(1)
     b.mul_(3)
     return a - b
 
 
-@target(category="aliasing", args=x_only, grad=False, alias=("transposed",))
+@target(category="aliasing", args=x_only, grad=False, alias=("transposed",), layouts=WRITABLE)
 def inplace_view(x):
     x[0].zero_()
     x.reshape(-1)[1:3].add_(1)
     return x.sum(-1)
 
 
-@target(category="aliasing", args=aliased_pair, grad=False, alias=("same", "slice"))
+@target(
+    category="aliasing", args=aliased_pair, grad=False, alias=("same", "slice"), layouts=WRITABLE
+)
 def copy_into(out, x):
     out.copy_(x.sin())
     return out
@@ -703,6 +759,74 @@ def inplace_metadata(x):
 def set_storage(x, y):
     x.set_(y)
     return x + 1
+
+
+# -- memory layout of inputs -----------------------------------------------------------------
+
+
+@target(category="layout", args=x_only, alias=("transposed",), inductor=True)
+def layout_queries(x):
+    """What a program sees of its input's layout: ``contiguous()`` returns the input itself only
+    when it is contiguous, ``reshape`` a view only where the strides allow one."""
+    y = x * 2 if x.is_contiguous() else x * 3
+    y = y + x.stride(0) - x.storage_offset()
+    return y, x.contiguous(), x.reshape(-1), x.t().reshape(-1), x.flatten().cumsum(0)
+
+
+@target(category="layout", args=x_only, grad=False)
+def view_or_copy(x):
+    """``view`` raises for strides no flat view has: a graph traced without the error is stale there."""
+    try:
+        flat = x.view(-1)
+    except RuntimeError:
+        flat = x.reshape(-1) + 1
+    flat[:2].mul_(2)  # writes the input only where flat is a view of it
+    return flat, x.sum(0)
+
+
+@target(category="layout", args=x_only, shapes=((2, 3), (3, 4)))
+def as_strided_reads(x):
+    """``as_strided`` addresses the storage: what it reads depends on the offset and the strides."""
+    return x.as_strided((2, 2), (1, 2), 1) * 2, x.diagonal() + 1, x.unfold(1, 2, 1).sum(-1)
+
+
+@target(category="layout", args=x_only, inductor=True)
+def layout_reductions(x):
+    """Reductions, a matmul and a gather index their input by its strides: a kernel compiled for
+    one layout reads another's elements out of place."""
+    return x.sum(0), x.amax(-1), x.t() @ x, x.cumsum(1), x[:, [2, 0]]
+
+
+def image_and_filter(spec, gen, shape):
+    return rand(spec, gen, *shape), rand(spec, gen, 4, shape[1], 3, 3)
+
+
+@target(
+    category="layout",
+    args=image_and_filter,
+    shapes=((2, 3, 5, 5), (1, 3, 4, 6)),
+    layouts=LAYOUTS,
+    inductor=True,
+)
+def conv_pointwise(x, w):
+    """A channels_last image stays channels_last through a convolution; its NHWC rows are a view."""
+    y = torch.nn.functional.conv2d(x, w, padding=1).relu()
+    return y, y.mean((2, 3)), x.permute(0, 2, 3, 1).reshape(-1, x.shape[1]), x * 2
+
+
+@target(
+    category="layout",
+    args=x_only,
+    shapes=((2, 3, 4, 4), (2, 3, 2, 5)),
+    grad=False,
+    layouts=(*WRITABLE, "channels_last"),
+    inductor=True,
+)
+def inplace_image(x):
+    """Writes part of a 4-D input, and returns a view of it."""
+    x[:, 1:].mul_(2)
+    x[..., :1].zero_()
+    return x.sum(1), x[:, 0]
 
 
 # -- Python semantics ---------------------------------------------------------------------
@@ -1100,6 +1224,7 @@ MUTATION_WEIGHTS = {
     "requires_grad": 1.0,
     "inference_inputs": 1.0,
     "alias": 2.0,
+    "layout": 1.5,
     "global_state": 2.0,
     "knob": 3.0,
     "threads": 0.5,
@@ -1118,6 +1243,7 @@ def weights(target: Target) -> dict[str, float]:
         "requires_grad": target.grad,
         "inference_inputs": target.inference_inputs,
         "alias": bool(target.alias),
+        "layout": bool(target.layouts),
         "global_state": True,
         "knob": bool(target.knobs),
         "threads": target.threads,
@@ -1126,6 +1252,8 @@ def weights(target: Target) -> dict[str, float]:
     focus = {"knob", "alias"}
     if target.category == "global torch state":  # grad mode matters with inputs that require grad
         focus |= {"global_state", "requires_grad"}
+    if target.category == "layout":
+        focus |= {"layout"}
     return {
         name: w * (FOCUS if name in focus else 1.0)
         for name, w in MUTATION_WEIGHTS.items()
@@ -1155,6 +1283,9 @@ def mutate(rng: random.Random, prog: Program, env: Env) -> tuple[list[str], int]
     if spec.alias != "distinct" and rng.random() < P_DRIFT_BACK:
         spec.alias = "distinct"
         done.append("alias=distinct")
+    if spec.layout != "contiguous" and rng.random() < P_DRIFT_BACK:
+        spec.layout = "contiguous"
+        done.append("layout=contiguous")
     if prog.calls == 0:  # a first call from several threads at once, or with a config change
         if rng.random() < 0.05:
             env.cache_size_limit = 0
@@ -1181,6 +1312,9 @@ def mutate(rng: random.Random, prog: Program, env: Env) -> tuple[list[str], int]
         elif kind == "alias":
             spec.alias = other(rng, ("distinct", *target.alias), spec.alias)
             done.append(f"alias={spec.alias}")
+        elif kind == "layout":
+            spec.layout = other(rng, ("contiguous", *target.layouts), spec.layout)
+            done.append(f"layout={spec.layout}")
         elif kind == "global_state":
             field = rng.choice(list(ENV_VALUES))
             setattr(env, field, other(rng, ENV_VALUES[field], getattr(env, field)))

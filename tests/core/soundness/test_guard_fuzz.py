@@ -6,11 +6,13 @@ backend and called again and again while ``fuzz_targets.mutate`` changes
 things between calls: shapes, dtypes, ``requires_grad``, grad mode,
 autocast, inference mode, default dtype, deterministic algorithms, module
 attributes (set on the compiled object, as users do), defaults, globals,
-closure cells, hooks, aliasing between inputs, config, and calls from
-several threads at once. Every call is compared with an eager twin given
-equal inputs: outputs, inputs after the call, which outputs alias which
-inputs, globals or module state written, and gradients. An exception only
-the compiled side raises is a crash.
+closure cells, hooks, aliasing between inputs, the memory layout of inputs
+(at a storage offset, strided, permuted, channels_last, expanded), config,
+and calls from several threads at once. Every call is compared with an eager
+twin given equal inputs, laid out alike: outputs (values and strides), inputs
+after the call (values, strides, and the whole storage each one views), which
+outputs alias which inputs, globals or module state written, and gradients.
+An exception only the compiled side raises is a crash.
 
 CI runs a fixed seed (about 1,050 calls, inductor on a subset of targets).
 Environment variables run more:
@@ -208,6 +210,37 @@ def alias_relations(out: Any, args: tuple) -> set[str]:
     return found
 
 
+def storage_of(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage ``t`` views, as a flat tensor of its dtype (elements outside the view too)."""
+    return t.detach().as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+
+
+def significant_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides of the dimensions longer than 1 (another dimension's stride moves no element)."""
+    return tuple(stride for size, stride in zip(t.shape, t.stride()) if size > 1)
+
+
+def layout_differences(c: Any, e: Any, path: str, tol: Tolerance, storages: bool) -> list[str]:
+    """Where the tensors of ``c`` lie in memory otherwise than eager's ``e``.
+
+    Strides are what a later ``view``, ``is_contiguous`` or kernel sees. With ``storages`` (the
+    inputs after the call) the storage offset and the whole storage each tensor views are
+    compared too: an input may view part of a larger storage, and a write that lands outside the
+    view shows only there.
+    """
+    out = []
+    for (p, a), (_, b) in zip(leaves(c, path), leaves(e, path)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape:
+            continue  # differences() reports the type or the shape
+        if significant_strides(a) != significant_strides(b):
+            out.append(f"{p}: strides {a.stride()}, eager {b.stride()}")
+        elif storages and a.storage_offset() != b.storage_offset():
+            out.append(f"{p}: storage offset {a.storage_offset()}, eager {b.storage_offset()}")
+        elif storages:
+            out += tensor_differences(storage_of(a), storage_of(b), f"{p} storage", tol)
+    return out
+
+
 def frozen(value: Any) -> Any:
     """A copy of state to compare later (tensors detached, requires_grad kept)."""
     if isinstance(value, torch.Tensor):
@@ -359,7 +392,9 @@ def compare(c: Side, e: Side, autocast: torch.dtype | None) -> tuple[list[str], 
         return [], False
     tol = tolerance(autocast)
     diffs = differences(c.out, e.out, "output", tol)
+    diffs += layout_differences(c.out, e.out, "output", tol, storages=False)
     diffs += differences(c.args, e.args, "input after the call", tol)
+    diffs += layout_differences(c.args, e.args, "input after the call", tol, storages=True)
     alias_c, alias_e = alias_relations(c.out, c.args), alias_relations(e.out, e.args)
     if alias_c != alias_e:
         diffs.append(f"aliasing: compiled {sorted(alias_c)}, eager {sorted(alias_e)}")
