@@ -11,7 +11,7 @@ outputs require grad. Tracing and the runtime both read this record.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchkiln.aot.fake import fresh_copies, functionalized, to_functional, untraced
-from torchkiln.aot.sizes import SizeExpr, SizeReader
+from torchkiln.aot.sizes import SizeExpr, SizeReader, resolve
 from torchkiln.capture.fakes import symbolic_dispatch
 from torchkiln.exc import KilnError
 
@@ -45,7 +45,7 @@ class OutputAlias:
     #: not do: on a base whose elements share memory (``expand``) that requires grad,
     #: ``as_strided``'s backward sums the gradient over the shared elements where eager's
     #: views route it. Held in memory only: a plan with one is not stored on disk.
-    replay: Callable[[torch.Tensor], torch.Tensor] | None = None
+    replay: ViewReplay | None = None
 
 
 @dataclass(frozen=True)
@@ -117,13 +117,27 @@ def _shares_memory(fake_inputs: list) -> bool:
     return len({_storage_id(t) for t in tensors}) < len(tensors)
 
 
-def _view_replay(out: torch.Tensor, base: torch.Tensor, requires_grad: bool) -> Any:
-    """``out``'s view ops, replayable on a real base, where its base needs them (see
-    ``OutputAlias.replay``); else None."""
+class ViewReplay:
+    """The view ops that made a traced output from its base, run on a call's base, their
+    symbolic arguments (``x[1:]``'s end: ``s0``) read off the call's arguments."""
+
+    def __init__(self, view_func: Callable, sizes: SizeReader):
+        self.view_func = view_func
+        self.sizes = sizes
+
+    def __call__(self, base: torch.Tensor, args: Sequence) -> torch.Tensor:
+        return self.view_func(
+            base, symint_visitor_fn=lambda s: resolve(self.sizes.concrete(s), args)
+        )
+
+
+def _view_replay(
+    out: torch.Tensor, base: torch.Tensor, requires_grad: bool, sizes: SizeReader
+) -> ViewReplay | None:
+    """``out``'s view ops, where its base needs them (see ``OutputAlias.replay``)."""
     overlaps = any(st == 0 and n > 1 for st, n in zip(base.stride(), base.shape))
-    static = not any(isinstance(v, torch.SymInt) for v in (*out.shape, *base.shape))
-    if requires_grad and overlaps and static and out._is_view() and out is not base:
-        return out._view_func_unsafe
+    if requires_grad and overlaps and out._is_view() and out is not base:
+        return ViewReplay(out._view_func_unsafe, sizes)
     return None
 
 
@@ -176,7 +190,7 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
                 ),
                 is_base_itself=out is tensor_inputs[base],
                 detached=required_grad[base] and not out.requires_grad,
-                replay=_view_replay(out, tensor_inputs[base], required_grad[base]),
+                replay=_view_replay(out, tensor_inputs[base], required_grad[base], sizes),
             )
         )
     return GraphMeta(

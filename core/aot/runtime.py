@@ -317,7 +317,7 @@ def finish_call(meta: GraphMeta, args: Sequence, fw_outs: Sequence) -> Any:
         if alias.detached:
             base = base.detach()
         if alias.replay is not None:
-            outputs[alias.index] = alias.replay(base)
+            outputs[alias.index] = alias.replay(base, args)
             continue
         layout = (alias.size, alias.stride, alias.storage_offset)
         size, stride, offset = (resolve(v, args) for v in layout)
