@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchkiln.aot.fake import fresh_copies, functionalized, to_functional, untraced
 from torchkiln.aot.sizes import SizeExpr, SizeReader, resolve
+from torchkiln.capture.aliasing import storage_id
 from torchkiln.capture.fakes import symbolic_dispatch
 from torchkiln.exc import KilnError
 
@@ -88,10 +89,6 @@ class GraphMeta:
     shared_outputs: tuple[SharedOutputs, ...] = ()
 
 
-def _storage_id(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
-
-
 def _mutated_inputs(gm: torch.fx.GraphModule, fake_inputs: list, mode: FakeTensorMode) -> list[int]:
     mutated = []
     copies = fresh_copies(fake_inputs, mode)
@@ -114,7 +111,7 @@ def _mutated_inputs(gm: torch.fx.GraphModule, fake_inputs: list, mode: FakeTenso
 
 def _shares_memory(fake_inputs: list) -> bool:
     tensors = [t for t in fake_inputs if isinstance(t, torch.Tensor)]
-    return len({_storage_id(t) for t in tensors}) < len(tensors)
+    return len({storage_id(t) for t in tensors}) < len(tensors)
 
 
 class ViewReplay:
@@ -168,14 +165,14 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
     output_container = type(result) if isinstance(result, (tuple, list)) else None
     outputs = [result] if output_container is None else list(result)
 
-    storage_of_input = {_storage_id(t): i for i, t in tensor_inputs.items()}
+    storage_of_input = {storage_id(t): i for i, t in tensor_inputs.items()}
     sizes = SizeReader(fake_inputs)
     aliases, constants, computed = [], {}, []
     for index, out in enumerate(outputs):
         if not isinstance(out, torch.Tensor):
             constants[index] = out
             continue
-        base = storage_of_input.get(_storage_id(out))
+        base = storage_of_input.get(storage_id(out))
         if base is None:
             computed.append(index)
             continue
@@ -217,7 +214,7 @@ def _shared_outputs(
 ) -> tuple[SharedOutputs, ...]:
     by_storage: dict[int, list[int]] = {}
     for index in computed:
-        by_storage.setdefault(_storage_id(outputs[index]), []).append(index)
+        by_storage.setdefault(storage_id(outputs[index]), []).append(index)
     groups = []
     for indices in by_storage.values():
         tensors = [outputs[i] for i in indices]

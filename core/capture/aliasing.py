@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def alias_pattern(*tensors: torch.Tensor) -> tuple[int, ...]:
     """For each tensor, the index of its storage in order of first appearance: (0, 1, 0)."""
     seen: dict[int, int] = {}
-    return tuple(seen.setdefault(t.untyped_storage()._cdata, len(seen)) for t in tensors)
+    return tuple(seen.setdefault(storage_id(t), len(seen)) for t in tensors)
 
 
 def alias_base(t: torch.Tensor) -> torch.Tensor:
