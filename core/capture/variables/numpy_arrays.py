@@ -10,12 +10,16 @@ array that escapes the frame is made a real ``np.ndarray`` after the graph ran.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch._numpy as tnp
 from torch._numpy import _dtypes_impl
+from torch._numpy import _util as _numpy_util
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
 from torchkiln.capture.variables import constants, containers, functions, tensors
 from torchkiln.capture.variables.base import ValueVariable, VariableTracker
@@ -50,19 +54,112 @@ def numpy_call(path: str, *args: Any, **kwargs: Any) -> Any:
     for part in path.split("."):
         target = getattr(target, part)
     args, kwargs = _to_ndarrays(args), _to_ndarrays(kwargs)
-    # NumPy computes in float64 where torch takes its default dtype (``int_array / 2``)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with NumpyDefaultFloat():
         if path == "ndarray.__setitem__":
             target(*args, **kwargs)
             return args[0].tensor
         result = target.fget(*args) if isinstance(target, property) else target(*args, **kwargs)
-    finally:
-        torch.set_default_dtype(previous)
     if result is None:
         raise TypeError(f"numpy.{path} returned None: in-place NumPy calls are not traced")
     return _to_tensors(result)
+
+
+class NumpyDefaultFloat(TorchFunctionMode):
+    """NumPy's float64 (complex128) where torch would take its default dtype (``int_array / 2``,
+    ``np.arctan2`` of integers, ``np.logspace``, ``np.asarray(1.5)``): a call that made a
+    default-dtype result from no floating operand runs again with its integers (and Python
+    floats) as float64, or, with no tensor operand, with ``dtype=float64``. A function mode is
+    this thread's alone, where ``torch.set_default_dtype`` would change every thread's tensors
+    while the call runs."""
+
+    def __enter__(self):
+        _coercing.depth = getattr(_coercing, "depth", 0) + 1
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _coercing.depth -= 1
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        made = _default_dtype_made(func, result, args, kwargs)
+        if made is None:
+            return result
+        if func in _DEFAULT_DTYPE_FACTORIES or not any(
+            isinstance(v, torch.Tensor) for v in pytree.tree_leaves((args, kwargs))
+        ):
+            wide = torch.complex128 if made.is_complex else torch.float64
+            return func(*args, **{**kwargs, "dtype": wide})
+        condition, operands = (args[:1], args[1:]) if func in _WHERE else ((), args)
+        return func(*condition, *_as_float64(operands), **_as_float64(kwargs))
+
+
+_WHERE = {torch.where, torch.Tensor.where}
+#: Factories whose result takes the default dtype whatever their (tensor) operands' dtypes.
+_DEFAULT_DTYPE_FACTORIES = {torch.linspace, torch.logspace}
+_COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64}
+
+
+def _default_dtype_made(func: Any, result: Any, args: tuple, kwargs: dict) -> torch.dtype | None:
+    """The default dtype (or its complex counterpart) an out-of-place call's result took where
+    NumPy would give float64: from a default-dtype factory without ``dtype``, or from no
+    operand that is a floating tensor or names a dtype. None where it took none."""
+    default = torch.get_default_dtype()
+    defaults = {default, _COMPLEX_OF.get(default)}
+    if default == torch.float64 or "out" in kwargs or getattr(func, "__name__", "").endswith("_"):
+        return None
+    made = next(
+        (
+            r.dtype
+            for r in pytree.tree_leaves(result)
+            if isinstance(r, torch.Tensor) and r.dtype in defaults
+        ),
+        None,
+    )
+    if made is None or func in _DEFAULT_DTYPE_FACTORIES:
+        return None if kwargs.get("dtype") is not None else made
+    operands = pytree.tree_leaves((args, kwargs))
+    if any(
+        isinstance(v, torch.dtype) or (isinstance(v, torch.Tensor) and _inexact(v))
+        for v in operands
+    ):
+        return None
+    return made
+
+
+def _inexact(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _as_float64(value: Any) -> Any:
+    """Integer and boolean tensors, and Python floats, as float64 (other values unchanged)."""
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and not _inexact(v):
+            return v.to(torch.float64)
+        if type(v) is float:
+            return torch.tensor(v, dtype=torch.float64)
+        return v
+
+    return pytree.tree_map(convert, value)
+
+
+#: How deep this thread is in ``NumpyDefaultFloat`` blocks (0: not in one).
+_coercing = threading.local()
+_numpy_coerce_to_tensor = _numpy_util._coerce_to_tensor
+
+
+def _coerce_to_tensor(obj: Any, dtype=None, copy=False, ndmin=0) -> torch.Tensor:
+    """``torch._numpy``'s ``np.array(obj)``, which makes a Python ``obj`` a tensor with the
+    process-wide default dtype set to float64 around it: inside ``NumpyDefaultFloat`` the object
+    becomes a tensor first, the mode giving its floats float64 without that global write."""
+    if getattr(_coercing, "depth", 0) and not isinstance(obj, torch.Tensor):
+        obj = _numpy_util._try_convert_to_tensor(obj)
+    return _numpy_coerce_to_tensor(obj, dtype, copy, ndmin)
+
+
+_numpy_util._coerce_to_tensor = _coerce_to_tensor
 
 
 def _use_numpy_defaults() -> None:

@@ -103,3 +103,56 @@ def test_tensor_requiring_grad_breaks_as_eager_raises(backend):
 
 def test_graph_node_target_pickles_for_the_disk_cache():
     assert pickle.loads(pickle.dumps(numpy_call)) is numpy_call
+
+
+@pytest.mark.parametrize(
+    "path, args",
+    [
+        ("divide", (torch.arange(1, 5), 2)),
+        ("arctan2", (torch.arange(1, 5), torch.arange(1, 5))),
+        ("cov", (torch.arange(1, 5),)),
+        ("geomspace", (1, 2, 3)),
+        ("logspace", (0, 1, 3)),
+        ("where", (torch.tensor([True, False]), 1.5, 2)),
+        ("ndarray.__rtruediv__", (torch.arange(1, 5), 3)),
+        ("asarray", ([0.1, 2],)),
+        ("asarray", (1e12 + 1,)),
+        ("asarray", (1 + 2j,)),
+    ],
+)
+def test_float64_where_torch_takes_its_default_dtype(path, args):
+    """NumPy's float64 (complex128) results and values where torch's ops take its float32 default."""
+    target = np
+    for part in path.split("."):
+        target = getattr(target, part)
+    want = np.asarray(target(*[a.numpy() if isinstance(a, torch.Tensor) else a for a in args]))
+    got = numpy_call(path, *args)
+    assert got.dtype == (torch.complex128 if want.dtype.kind == "c" else torch.float64)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+
+
+def test_numpy_calls_leave_other_threads_default_dtype():
+    """A traced NumPy call running in one thread never changes the dtype another thread's
+    ``torch.tensor(1.0)`` gets (``torch.set_default_dtype`` is process-wide)."""
+    import threading
+
+    @torchkiln.compile(backend="eager", fullgraph=True)
+    def fn(x):
+        return torch.from_numpy(x.numpy() / 2 + np.linspace(0, 1, x.shape[0]))
+
+    fn(torch.arange(64))
+    stop, seen = threading.Event(), set()
+
+    def make_floats():
+        while not stop.is_set():
+            seen.add(torch.tensor([1.0]).dtype)
+
+    thread = threading.Thread(target=make_floats)
+    thread.start()
+    try:
+        for _ in range(3000):
+            assert fn(torch.arange(64)).dtype == torch.float64
+    finally:
+        stop.set()
+        thread.join()
+    assert seen == {torch.float32}
