@@ -10,8 +10,10 @@ why once. Each recording (:class:`Recording`) goes through three calls:
    pools), the address of every input is noted, and the inputs it writes to;
 2. record: inputs still at the same address (parameters, buffers) and outputs of the
    model's recorded graphs (the saved values of a recorded forward) are *static*: the
-   graph reads them in place, never copied; every other input gets a buffer of its own. The function is recorded into the
-   compiled model's shared :class:`~torchkiln_cudagraphs.pool.GraphPool`, then replayed;
+   graph reads them in place, never copied; every other input gets a buffer of its own.
+   A backward's recording is handed the forward's saved values themselves, to free after
+   their last use (``GraphPool.release``). The function is recorded into the compiled
+   model's shared :class:`~torchkiln_cudagraphs.pool.GraphPool`, then replayed;
 3. replay: the non-static inputs are copied into their buffers, the graph replays,
    inputs the function writes to get the new values, and the outputs are handed out
    by the pool, which poisons them once a later replay overwrites them. A static
@@ -24,13 +26,20 @@ numbers each call, as in eager, though not eager's numbers for a given seed).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from torchkiln_cudagraphs.pool import GraphPool
+from torchkiln_cudagraphs.pool import (
+    OVERWRITTEN,
+    OVERWRITTEN_GRAD,
+    OVERWRITTEN_SAVED,
+    GraphPool,
+    alias_of,
+)
 
 log = logging.getLogger("torchkiln.cudagraphs")
 
@@ -61,6 +70,17 @@ def signature(args: Sequence[Any]) -> tuple:
     )
 
 
+KEEPS_SAVED = (
+    "the backward keeps its graph (retain_graph=True or create_graph=True), and its CUDA "
+    "graph overwrites the values the forward saved once it has read them"
+)
+
+
+def _keeps_graph() -> bool:
+    """Whether the autograd pass running now keeps its graph for another backward."""
+    return torch._C._autograd._get_current_graph_task_keep_graph()
+
+
 def _version(t: torch.Tensor) -> int | None:
     """The in-place write counter (inference-mode tensors have none)."""
     return None if t.is_inference() else t._version
@@ -69,7 +89,7 @@ def _version(t: torch.Tensor) -> int | None:
 class CudaGraphRunner:
     """``fn`` with its calls recorded into CUDA graphs and replayed (see the module docstring).
 
-    ``model`` is the compiled model's shared state: ``model.pool(device_index)`` and
+    ``model`` is the compiled model's shared state (``wrapper.CudaGraphs``): its pools and
     ``model.eager_reasons``, the reasons already given for running without graphs.
     """
 
@@ -81,6 +101,11 @@ class CudaGraphRunner:
         self.recordings: dict[tuple, Recording | str] = {}
 
     def __call__(self, *args: Any) -> Any:
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list) -> Any:
+        """The call with the arguments in a list: a recording of a function that takes them
+        boxed (``torchkiln.aot``'s backward) frees each after its last use, as it does."""
         key = signature(args)
         recording = self.recordings.get(key)
         if recording is None:
@@ -98,23 +123,29 @@ class CudaGraphRunner:
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         index = device.index if device is not None else None
         device = torch.device("cuda", torch.cuda.current_device() if index is None else index)
-        return Recording(self, device, self.model.pool(device.index))
+        return Recording(self, device)
 
-    def run_eagerly(self, args: Sequence[Any], reason: str) -> Any:
+    def run_eagerly(self, args: list, reason: str) -> Any:
         """Run ``fn`` as it is; the first time the compiled model meets ``reason``, say why."""
         if reason not in self.model.eager_reasons:
             self.model.eager_reasons.add(reason)
             log.warning("cudagraphs: a %s graph runs without CUDA graphs: %s", self.kind, reason)
-        return self.fn(*args)
+        return self.run_boxed(args)
+
+    def run_boxed(self, args: list) -> Any:
+        """``fn`` on ``args``, which a function that takes them boxed empties, freeing each
+        value after its last use (a backward's saved values: eager's peak memory)."""
+        call_boxed = getattr(self.fn, "call_boxed", None)
+        return call_boxed(args) if call_boxed is not None else self.fn(*args)
 
 
 class Recording:
     """One CUDA graph of a runner's function, for one signature of its inputs."""
 
-    def __init__(self, runner: CudaGraphRunner, device: torch.device, pool: GraphPool):
+    def __init__(self, runner: CudaGraphRunner, device: torch.device):
         self.runner = runner
         self.device = device
-        self.pool = pool
+        self.pool: GraphPool | None = None
         self.warm_addresses: list[int] | None = None
         #: Inputs copied into buffers of their own on every call (the others are read in place).
         self.copied: set[int] = set()
@@ -130,28 +161,42 @@ class Recording:
         #: Outputs that are views of an input: output -> (input, element offset), rebuilt
         #: as views of the caller's tensor.
         self.input_views: dict[int, tuple[int, int]] = {}
+        #: Outputs released to a backward's recording (``static_outputs`` holds aliases of them).
+        self.released: set[int] = set()
+        #: The released outputs whose blocks this graph may have taken: its replays overwrite
+        #: them (``GraphPool.overwrite_released``).
+        self.reuses: frozenset[tuple[int, int]] = frozenset()
         self.eager_reason: str | None = None
 
-    def __call__(self, args: Sequence[Any]) -> Any:
+    def __call__(self, args: list) -> Any:
         if self.eager_reason is not None:
             return self.runner.run_eagerly(args, self.eager_reason)
         if self.warm_addresses is None:
             return self._warm_up(args)
+        # a backward that keeps its graph (retain_graph, create_graph) keeps the saved values
+        keeps_saved = self.runner.kind == "backward" and _keeps_graph()
         if self.graph is None or self._static_input_moved(args):
-            self._record(args)
+            self._record(args, release_saved=not keeps_saved)
             if self.eager_reason is not None:
                 return self.runner.run_eagerly(args, self.eager_reason)
+        if keeps_saved and self.reuses:
+            return self.runner.run_eagerly(args, KEEPS_SAVED)
         return self._replay(args)
 
-    def _warm_up(self, args: Sequence[Any]) -> Any:
-        versions = [_version(a) if isinstance(a, torch.Tensor) else None for a in args]
-        outputs = self.runner.fn(*args)
+    def _warm_up(self, args: list) -> Any:
         self.warm_addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in args]
-        self.mutated = {
-            i
+        # weakly: the call may free an input after its last use (``run_boxed``)
+        versions = {
+            i: (weakref.ref(a), _version(a))
             for i, a in enumerate(args)
-            if isinstance(a, torch.Tensor) and _version(a) != versions[i]
+            if isinstance(a, torch.Tensor)
         }
+        outputs = self.runner.run_boxed(args)
+        self.mutated = set()
+        for i, (ref, version) in versions.items():
+            arg = ref()
+            if arg is not None and _version(arg) != version:  # a freed input was not written
+                self.mutated.add(i)
         return outputs
 
     def _static_input_moved(self, args: Sequence[Any]) -> bool:
@@ -165,31 +210,51 @@ class Recording:
             self.copied |= moved
         return bool(moved)
 
-    def _record(self, args: Sequence[Any]) -> None:
+    def _record(self, args: Sequence[Any], release_saved: bool) -> None:
         assert self.warm_addresses is not None
         if self.graph is not None:
             self.pool.overwrite_from(self.order)  # its outputs' memory goes back to the pool
         self.graph = None
-        self.copied |= {
-            i
+        model, kind = self.runner.model, self.runner.kind
+        self.pool = pool = model.pool_for(self.device.index, kind)
+        sources = {
+            i: model.source_of(self.device.index, arg)
             for i, arg in enumerate(args)
             if isinstance(arg, torch.Tensor)
-            and arg.data_ptr() != self.warm_addresses[i]
-            and not self.pool.owns(arg)
+        }
+        self.copied |= {
+            i
+            for i, source in sources.items()
+            if args[i].data_ptr() != self.warm_addresses[i] and source is None
         }
         # clone: dense strides kept, overlapping ones made contiguous
         self.buffers = {i: args[i].detach().clone() for i in self.copied}
         inputs = [self.buffers.get(i, arg) for i, arg in enumerate(args)]
+        released = set()
+        if kind == "backward" and release_saved:
+            for i, source in sources.items():
+                recording = source[1].recording() if source is not None else None
+                if recording is not None and source[0] is pool:
+                    inputs[i] = recording.release(source[1], inputs[i])
+                    if inputs[i] is not args[i]:
+                        released.add(i)
         self.addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in inputs]
+        # a released input may be freed during the call and its address taken by an output
+        input_storages = {
+            t.untyped_storage().data_ptr(): (i, t.stride(), t.storage_offset())
+            for i, t in enumerate(inputs)
+            if isinstance(t, torch.Tensor) and i not in released
+        }
         graph = torch.cuda.CUDAGraph()
         generator = torch.cuda.default_generators[self.device.index]
         rng_before = generator.clone_state()
         try:
             with (
                 torch.cuda.device(self.device),
-                torch.cuda.graph(graph, pool=self.pool.handle, capture_error_mode="thread_local"),
+                torch.cuda.graph(graph, pool=pool.handle, capture_error_mode="thread_local"),
             ):
-                outputs = self.runner.fn(*inputs)
+                # boxed: the released saved values are freed, their blocks reused, as it goes
+                outputs = self.runner.run_boxed(inputs)
         except Exception as e:
             # A failed recording leaves the CUDA generator marked as capturing, and every
             # later random op would fail: give it back its state from before the recording.
@@ -197,38 +262,62 @@ class Recording:
             self.eager_reason = f"recording failed ({type(e).__name__}: {e})"
             return
         self.static_outputs, self.outputs_spec = pytree.tree_flatten(outputs)
-        self._find_input_aliases(args, inputs)
+        self.released = set()
+        self._find_input_aliases(args, input_storages)
+        self.reuses = pool.reused_released()
         self.graph = graph
-        self.order = self.pool.new_order(graph)
+        self.order = pool.new_order(graph)
 
-    def _find_input_aliases(self, args: Sequence[Any], inputs: Sequence[Any]) -> None:
+    def release(self, handed_out: Any, alias: torch.Tensor) -> torch.Tensor:
+        """The static output ``alias`` is (handed out as ``handed_out``), for a backward's
+        recording to free: this graph keeps an alias of it. ``alias`` itself where the
+        output is not this recording's own or shares its memory with another output."""
+        k = handed_out.index
+        static = self.static_outputs[k] if handed_out.order == self.order else None
+        if (
+            not isinstance(static, torch.Tensor)
+            or k in self.released
+            or k in self.input_views
+            or self.runner.kind != "forward"
+        ):
+            return alias
+        ptr = static.untyped_storage().data_ptr()
+        if any(
+            j != k and isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr
+            for j, t in enumerate(self.static_outputs)
+        ):
+            return alias
+        self.static_outputs[k] = alias_of(static)
+        self.released.add(k)
+        handed_out.message += OVERWRITTEN_SAVED
+        self.pool.release(self, k, static)
+        return static
+
+    def _find_input_aliases(self, args: Sequence[Any], input_storages: dict) -> None:
         """Outputs that alias inputs stay aliases of the caller's tensors, as in eager.
 
         A copied input's buffer has the caller's strides unless the caller's tensor
         overlaps itself; views of such a buffer are handed out like other outputs.
+        ``input_storages``: each tensor input's storage address -> (position, strides, offset).
         """
-        storages = {
-            s.untyped_storage().data_ptr(): i
-            for i, s in enumerate(inputs)
-            if isinstance(s, torch.Tensor)
-        }
         self.input_views = {}
         for k, out in enumerate(self.static_outputs):
             if not isinstance(out, torch.Tensor):
                 continue
-            i = storages.get(out.untyped_storage().data_ptr())
-            if i is not None and args[i].stride() == inputs[i].stride():
-                self.input_views[k] = (i, out.storage_offset() - inputs[i].storage_offset())
+            found = input_storages.get(out.untyped_storage().data_ptr())
+            if found is not None and args[found[0]].stride() == found[1]:
+                self.input_views[k] = (found[0], out.storage_offset() - found[2])
 
     def _replay(self, args: Sequence[Any]) -> Any:
         assert self.graph is not None and self.outputs_spec is not None
         for i, buffer in self.buffers.items():
             buffer.copy_(args[i])
         self.pool.overwrite_from(self.order)
+        self.pool.overwrite_released(self.reuses)
         self.graph.replay()
         for i in self.mutated & self.copied:
             args[i].copy_(self.buffers[i])
-        is_grad = self.runner.kind == "backward"
+        message = OVERWRITTEN + (OVERWRITTEN_GRAD if self.runner.kind == "backward" else "")
         outputs = []
         for k, out in enumerate(self.static_outputs):
             if not isinstance(out, torch.Tensor):
@@ -240,5 +329,6 @@ class Recording:
                     base.as_strided(out.shape, out.stride(), base.storage_offset() + offset)
                 )
             else:
-                outputs.append(self.pool.hand_out(self.order, out, is_grad))
+                saved = OVERWRITTEN_SAVED if k in self.released else ""
+                outputs.append(self.pool.hand_out(self.order, out, self, k, message + saved))
         return pytree.tree_unflatten(outputs, self.outputs_spec)

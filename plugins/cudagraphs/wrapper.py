@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -25,17 +26,29 @@ NO_CUDA = (
 
 
 class CudaGraphs:
-    """One compiled model's CUDA graph state: its memory pools, one per device."""
+    """One compiled model's CUDA graph state: its memory pools, per device."""
 
     def __init__(self) -> None:
-        self.pools: dict[int, GraphPool] = {}
+        #: Per device, the pools in the order they were made; the last one takes recordings.
+        self.pools: dict[int, list[GraphPool]] = {}
         #: Why some graphs run without CUDA graphs, each said once per compiled model.
         self.eager_reasons: set[str] = set()
 
-    def pool(self, device_index: int) -> GraphPool:
-        if device_index not in self.pools:
-            self.pools[device_index] = GraphPool()
-        return self.pools[device_index]
+    def pool_for(self, device_index: int, kind: str) -> GraphPool:
+        """The pool a ``kind`` graph records into: the device's latest, or a fresh one for
+        a forward once the latest gave a forward's saved values to a backward."""
+        pools = self.pools.setdefault(device_index, [])
+        if not pools or (kind != "backward" and not pools[-1].takes_forwards()):
+            pools.append(GraphPool())
+        return pools[-1]
+
+    def source_of(self, device_index: int, t: torch.Tensor) -> tuple[GraphPool, Any] | None:
+        """The pool and the live output of its graphs that ``t`` is, if any."""
+        for pool in reversed(self.pools.get(device_index, ())):
+            out = pool.source_of(t)
+            if out is not None:
+                return pool, out
+        return None
 
     def __call__(self, fn: Callable, kind: str) -> Callable:
         return CudaGraphRunner(fn, self, kind)

@@ -91,9 +91,11 @@ def test_training_steps_match_eager(name: str):
         actual.backward(cotangent)
         expected.backward(cotangent)
         for (pname, p), ref in zip(model.named_parameters(), reference.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, ref.grad, msg=f"gradient of {pname}")
+            torch.testing.assert_close(
+                p.grad, ref.grad, msg=lambda m, n=pname: f"gradient of {n}: {m}"
+            )
         for (bname, buf), ref in zip(model.named_buffers(), reference.buffers(), strict=True):
-            torch.testing.assert_close(buf, ref, msg=f"buffer {bname}")
+            torch.testing.assert_close(buf, ref, msg=lambda m, n=bname: f"buffer {n}: {m}")
         optimizer.step()
         reference_optimizer.step()
         optimizer.zero_grad()

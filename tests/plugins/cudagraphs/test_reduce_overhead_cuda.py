@@ -76,9 +76,11 @@ def test_training_steps_match_eager(backend: str, name: str):
         actual.backward(cotangent)
         expected.backward(cotangent)
         for (pname, p), ref in zip(model.named_parameters(), reference.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, ref.grad, msg=f"gradient of {pname}")
+            torch.testing.assert_close(
+                p.grad, ref.grad, msg=lambda m, n=pname: f"gradient of {n}: {m}"
+            )
         for (bname, buf), ref in zip(model.named_buffers(), reference.buffers(), strict=True):
-            torch.testing.assert_close(buf, ref, msg=f"buffer {bname}")
+            torch.testing.assert_close(buf, ref, msg=lambda m, n=bname: f"buffer {n}: {m}")
         optimizer.step()
         reference_optimizer.step()
 
@@ -128,6 +130,28 @@ def test_dropout_draws_new_masks_each_replay_and_backward_uses_them(backend: str
         assert 0.4 < mask.float().mean().item() < 0.6
         masks.append(mask)
     assert not torch.equal(masks[2], masks[3])  # two replays
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_second_backward_through_one_step_reads_the_saved_values(backend: str):
+    """The backward's CUDA graph overwrites the forward's saved values once it has read them
+    (eager's memory): a backward that keeps its graph (``retain_graph``) runs without it."""
+    model, make_input = mlp(graph_break=True)
+    model = model.cuda()
+    reference = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend=backend, mode="reduce-overhead")
+    for step in range(5):  # warm-up, record, replays; a retained backward from the third step
+        x = make_input()
+        for m in (model, reference):
+            m.zero_grad(set_to_none=True)
+        actual, expected = compiled(x), reference(x)
+        cotangent = torch.randn_like(expected)
+        passes = 2 if step >= 2 else 1
+        for n in range(passes):
+            actual.backward(cotangent, retain_graph=n + 1 < passes)
+            expected.backward(cotangent, retain_graph=n + 1 < passes)
+        for (name, p), ref in zip(model.named_parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, ref.grad, msg=f"step {step}: gradient of {name}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
