@@ -97,6 +97,8 @@ class OutputGraph:
         self.inputs: list[tuple[str, torch.Tensor, torch.fx.Node]] = []
         self.side_effects = SideEffects()
         self.by_id: dict[int, V.VariableTracker] = {}
+        #: ``id(obj.__dict__)`` -> the tracker of ``obj``, a user object read from outside
+        self.dict_owners: dict[int, V.UserObjectVariable] = {}
         self._keepalive: list[Any] = []
         self.initial_grad_enabled = torch.is_grad_enabled()
         self.grad_enabled = self.initial_grad_enabled
@@ -543,12 +545,22 @@ class OutputGraph:
             if source is not None and known.source is not None and source != known.source:
                 self.guards.add(f"{source} is {known.source}", 1, f"{source} is {known.source}")
             return known
+        owner = self.dict_owners.get(id(value))
+        if owner is not None and (owner.attrs or owner.deleted):
+            # two trackers of one dict would each miss the other's writes
+            raise Unsupported(
+                f"the __dict__ of {owner.describe()}, whose attributes the frame changed"
+            )
         if source is None and isinstance(value, torch.Tensor):
             source = self.guards.bind(value, "tensor")
         vt = build(self, value, source)
         if not isinstance(vt, V.ConstantVariable):
             self.by_id[id(value)] = vt
             self._keepalive.append(value)
+        if isinstance(vt, V.UserObjectVariable) and isinstance(
+            getattr(value, "__dict__", None), dict
+        ):
+            self.dict_owners[id(value.__dict__)] = vt
         return vt
 
 

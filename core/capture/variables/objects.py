@@ -142,6 +142,7 @@ class UserObjectVariable(ValueVariable):
         class_attr = class_lookup(self.cls, name)
         if descriptors.is_data_descriptor(class_attr):
             return descriptors.access(tx, "get", self, name, self.class_member(tx, name), [])
+        self.adopt_tracked_dict(tx)
         if name in self.attrs:
             return self.attrs[name]
         if name == "__dict__":
@@ -226,6 +227,14 @@ class UserObjectVariable(ValueVariable):
             self.read_dict = tx.output.wrap(self.value.__dict__, f"{self.source}.__dict__")
             self.attrs = self.read_dict.items
         return self.read_dict
+
+    def adopt_tracked_dict(self, tx: Translator) -> None:
+        """Read the real ``__dict__`` as the attributes where the frame tracks it already as a
+        dict (a resume function's local or stack value that is ``vars(obj)``): the frame's
+        writes to that dict are not applied yet, and an attribute read must see them."""
+        real = getattr(self.value, "__dict__", None)
+        if self.read_dict is None and real is not None and id(real) in tx.output.by_id:
+            self.instance_dict(tx)
 
     def missing(self, tx: Translator, name: str) -> VariableTracker:
         """``name`` is neither the object's nor its class's: Python's ``AttributeError`` (on
@@ -338,6 +347,7 @@ class UserObjectVariable(ValueVariable):
 
     def store_plain(self, tx: Translator, name: str, value: VariableTracker) -> None:
         """``object.__setattr__(self, name, value)``."""
+        self.adopt_tracked_dict(tx)
         if self.value is not None:
             tx.output.side_effects.store_attr(self, name, value)
         self.attrs[name] = value
@@ -346,8 +356,14 @@ class UserObjectVariable(ValueVariable):
     def delete_plain(self, tx: Translator, name: str) -> None:
         """``object.__delattr__(self, name)``: the frame's own value, or the real object's
         (that it has one is guarded); Python's ``AttributeError`` where there is none."""
+        self.adopt_tracked_dict(tx)
         exists = name in self.attrs
-        if not exists and self.value is not None and name not in self.deleted:
+        if (
+            not exists
+            and self.read_dict is None
+            and self.value is not None
+            and name not in self.deleted
+        ):
             if isinstance(class_lookup(self.cls, name), types.MemberDescriptorType):
                 exists, check = hasattr(self.value, name), f"hasattr({self.source}, {name!r})"
             else:
