@@ -18,7 +18,13 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from torchkiln.aot.fake import fresh_copies, functionalized, to_functional, untraced
+from torchkiln.aot.fake import (
+    fresh_copies,
+    functionalized,
+    non_leaf_copy,
+    to_functional,
+    untraced,
+)
 from torchkiln.aot.sizes import SizeExpr, SizeReader, resolve
 from torchkiln.capture.aliasing import storage_id
 from torchkiln.capture.fakes import symbolic_dispatch
@@ -158,6 +164,9 @@ def analyze(gm: torch.fx.GraphModule, fake_inputs: list, fake_mode: FakeTensorMo
             "the other); the AOT-autograd layer does not support mutations of aliased inputs"
         )
     copies = fresh_copies(fake_inputs, fake_mode)
+    for i in mutated:  # the caller's, written in place, is no leaf (eager refuses a leaf)
+        if copies[i].requires_grad:
+            copies[i] = non_leaf_copy(copies[i], fake_mode)
     tensor_inputs = {i: t for i, t in enumerate(copies) if isinstance(t, torch.Tensor)}
     required_grad = {i: t.requires_grad for i, t in tensor_inputs.items()}
     with fake_mode, symbolic_dispatch(fake_mode), untraced(fake_mode), _views_keep_grad():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
@@ -86,6 +87,25 @@ def fresh_copies(fake_inputs: list, mode: FakeTensorMode) -> list:
         if isinstance(t, torch.Tensor) and t.requires_grad:
             copy.requires_grad_(True)
     return copies
+
+
+class _NonLeaf(torch.autograd.Function):
+    """A new tensor of the input's layout made by this node: it requires grad and is no leaf."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def non_leaf_copy(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
+    """A copy of ``t`` (that requires grad) that is no leaf, as an input the graph writes in
+    place must be: eager refuses to write a leaf that requires grad."""
+    with mode, torch.enable_grad():
+        return _NonLeaf.apply(t)
 
 
 @contextlib.contextmanager

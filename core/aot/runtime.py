@@ -225,10 +225,22 @@ def run_training(plan: TrainingPlan, args: Sequence) -> list:
 
 
 def _share_storage(outputs: list, group: SharedOutputs, args: Sequence) -> None:
-    """Make the outputs of ``group`` views of one buffer again (see ``SharedOutputs``)."""
+    """Make the outputs of ``group`` views of one buffer again (see ``SharedOutputs``).
+
+    Views that a backend returned are left as they are, unless autograd tracks them: a view
+    made inside ``CompiledFunction`` cannot be written in place (autograd forbids it, a custom
+    backward being in the way), so those are made again outside it, of the member that is
+    the buffer itself (torch's AOT autograd regenerates such views the same way).
+    """
     tensors = [outputs[index] for index, *_ in group.members]
     if len({t.untyped_storage()._cdata for t in tensors}) == 1:
-        return  # the backend returned views already
+        base = next((t for t in tensors if not t._is_view()), None)
+        if base is None or not any(t.requires_grad for t in tensors):
+            return
+        for (index, *layout), value in zip(group.members, tensors):
+            if value is not base:
+                outputs[index] = base.as_strided(*(resolve(v, args) for v in layout))
+        return
     base = tensors[0].new_empty(resolve(group.numel, args))
     for (index, *layout), value in zip(group.members, tensors):
         view = base.as_strided(*(resolve(v, args) for v in layout))

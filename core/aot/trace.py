@@ -26,7 +26,6 @@ from torchkiln.aot.analysis import GraphMeta
 from torchkiln.aot.fake import fresh_copies, from_functional, functionalized, to_functional
 from torchkiln.aot.storage_views import read_storage_roots
 from torchkiln.effects import is_impure
-from torchkiln.exc import KilnError
 
 Decompositions = Mapping[Callable, Callable]
 
@@ -103,12 +102,12 @@ def trace_joint(
     decompositions: Decompositions | None,
 ) -> JointGraph:
     """Forward and backward in one graph, for a call that needs gradients."""
-    if any(meta.mutated_required_grad_before):
-        raise KilnError(
-            "the graph mutates an input that requires grad; the AOT-autograd layer "
-            "does not support that yet (use a backend without AOT autograd, e.g. 'eager')"
-        )
     primals = fresh_copies(fake_inputs, mode)
+    # written in place though they require grad (the caller's are no leaves): the graph
+    # writes clones, and the gradients reach the inputs through them, as in torch's AOT
+    written_with_grad = {
+        i for i, rg in zip(meta.mutated_inputs, meta.mutated_required_grad_before) if rg
+    }
     differentiable = tuple(
         k for k, rg in enumerate(meta.mutated_requires_grad + meta.computed_requires_grad) if rg
     )
@@ -130,7 +129,8 @@ def trace_joint(
         with functionalized():
             f_primals = [to_functional(a) for a in primals]
             f_tangents = [to_functional(t) for t in tangents]
-            outputs = _forward_outputs(gm, meta, f_primals)
+            f_args = [f.clone() if i in written_with_grad else f for i, f in enumerate(f_primals)]
+            outputs = _forward_outputs(gm, meta, f_args)
             grads = torch.autograd.grad(
                 [outputs[k] for k in differentiable],
                 [f_primals[i] for i in wants_grad],

@@ -1450,13 +1450,12 @@ def views_across_break(x):
 @target(
     category="graph breaks",
     args=x_and_w,
-    grad=False,
+    inductor=True,
     knobs=(global_knob("GB_HEAD_SCALE", 1.0, -2.0),),
 )
 def intermediate_across_break(x, w):
     """An intermediate from the first graph is written in place (through a view too) by the
-    resumed part. Inputs do not require grad: the AOT backends then raise on both writes
-    (``test_graph_break_soundness.py``, xfail); allow grad once they are fixed."""
+    resumed part, with gradients (``test_graph_break_soundness.py``)."""
     h = x @ w
     head = h[:, :2]
     zlib.crc32(b"intermediate")  # break

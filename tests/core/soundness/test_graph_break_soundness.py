@@ -7,9 +7,12 @@ so ``obj.scale`` read the real, unwritten attribute (and was guarded on it), and
 checked the real dict. Now the object's attributes are the tracked dict's items
 (``UserObjectVariable.adopt_tracked_dict``).
 
-Left open (AOT layer, ``torchkiln.aot``): a tensor the first graph computed and the resumed part
-writes in place, while inputs require grad. Eager allows both writes below; the AOT backends
-raise. A break makes these common: the resumed part's ``relu_()`` of an activation is one.
+The AOT layer (``torchkiln.aot``) raised where the resumed part writes in place a tensor the
+first graph computed, while inputs require grad (a break makes that common: the resumed part's
+``relu_()`` of an activation): a view of it, made inside the autograd Function, which autograd
+forbids writing (now made again outside it, ``runtime._share_storage``); the tensor itself, an
+input of the resume function that requires grad and is no leaf (now the joint graph writes a
+clone, ``trace.trace_joint``, and the analysis runs it on a non-leaf copy).
 """
 
 from __future__ import annotations
@@ -95,34 +98,56 @@ def write_an_intermediate(x):
     return h.tanh()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="aot.runtime.CompiledFunction returns views of an intermediate made inside the "
-    "autograd Function (the backend returned views, so _share_storage leaves them): autograd "
-    "forbids writing them in place",
-)
-def test_a_view_of_an_intermediate_written_after_the_break():
-    check_gradients(write_a_view_of_an_intermediate)
+def relu_in_place_after_the_break(x):
+    h = x * 2
+    zlib.crc32(b"kiln")
+    y = h.exp()  # the backward needs h as it was before the write
+    h.relu_()
+    return y * h
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=torchkiln.exc.BackendCompilerFailed,
-    reason="aot.analysis.analyze runs the graph on leaf copies of its inputs: an input that "
-    "requires grad and is written in place raises there, though the caller's is no leaf",
-)
-def test_an_intermediate_that_requires_grad_written_after_the_break():
-    check_gradients(write_an_intermediate)
+def scale_in_place(h):
+    h.mul_(2)
+    return h.exp()
 
 
-def check_gradients(fn):
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_view_of_an_intermediate_written_after_the_break(backend):
+    """The first graph's outputs ``h`` and ``h[:2]`` are views made inside the autograd
+    Function; they come out as views made outside it, which autograd lets one write."""
+    check_gradients(write_a_view_of_an_intermediate, backend)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("fn", [write_an_intermediate, relu_in_place_after_the_break])
+def test_an_intermediate_that_requires_grad_written_after_the_break(fn, backend):
+    """The resume function's input requires grad and is written in place: the graph writes
+    a clone, and the gradient reaches the input through it."""
+    check_gradients(fn, backend)
+
+
+def test_an_input_that_requires_grad_written_in_place_without_a_break():
+    compiled = torchkiln.compile(scale_in_place, backend="aot_eager")
+    check_gradients(lambda x: scale_in_place(x * 1.5), compiled=lambda x: compiled(x * 1.5))
+
+
+def test_a_leaf_that_requires_grad_written_in_place_raises_as_in_eager():
+    compiled = torchkiln.compile(scale_in_place, backend="aot_eager")
+    for side in (scale_in_place, compiled):
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            side(torch.ones(3, requires_grad=True))
+
+
+def check_gradients(fn, backend="aot_eager", compiled=None):
+    """``fn`` compiled with ``backend`` (or ``compiled``) against eager's ``fn``, three calls:
+    outputs and the input's gradient."""
     torchkiln.reset()
-    compiled = torchkiln.compile(fn, backend="aot_eager")
-    results = []
-    for side in (compiled, fn):
-        x = torch.linspace(-1.0, 1.0, 4).requires_grad_()
-        out = side(x)
-        out.backward(torch.arange(4.0))
-        results.append((out, x.grad))
-    torch.testing.assert_close(results[0], results[1])
+    compiled = compiled or torchkiln.compile(fn, backend=backend)
+    for _ in range(3):
+        results = []
+        for side in (compiled, fn):
+            x = torch.linspace(-1.0, 1.0, 4).requires_grad_()
+            out = side(x)
+            out.backward(torch.arange(4.0))
+            results.append((out, x.grad))
+        torch.testing.assert_close(results[0], results[1])
