@@ -17,6 +17,9 @@ An input that ``as_strided`` addresses at an explicit storage offset is
 passed as a synthetic base too, mutated or not: graphs are traced, and
 backends compile, with inputs that start at their storage's beginning; the
 base does, where the input itself may start anywhere.
+
+Python objects from outside (lists, dicts, sets, user objects, modules) have
+the same problem when the frame mutates one: ``guard_distinct_objects``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from torchkiln.capture.guards import COST_TENSOR
+from torchkiln.capture.guards import COST_TENSOR, COST_VALUE
 from torchkiln.exc import Unsupported
 
 if TYPE_CHECKING:
@@ -119,3 +122,51 @@ def _merge(output: OutputGraph, members: list) -> None:
             graph.erase_node(node)
     merged = {node for _, _, node in members}
     output.inputs = [item for item in output.inputs if item[2] not in merged]
+
+
+#: Side-effect events that change an object from outside (not a cell or global binding).
+_OBJECT_EVENTS = ("container", "attr", "delattr")
+
+
+def guard_distinct_objects(output: OutputGraph) -> None:
+    """If the frame mutates objects from outside: guard that the objects it read through
+    different sources, among those of a mutated object's type, are still distinct.
+
+    One object read through two sources has one tracker (``OutputGraph.wrap`` guards
+    ``b is a``). Objects that were distinct at capture have a tracker each, each
+    mirroring its own object: where a later call passes one object for both, a write
+    through one is not seen by reads through the other (``a.append(1); len(b)``), and
+    the write-backs of both overwrite each other. So an entry whose frame mutates an
+    object holds only while no two of those trackers are one object.
+
+    Only a mutated object can make the difference, and it can only be one object with
+    another of its exact type: every tracker's source has its type (or identity)
+    guarded. Hence one guard per type that the frame mutates an object of, over the
+    objects of that type it read: ``a is not b`` for two, ``len({id(a), id(b), id(c)})
+    == 3`` for more. Requiring the unmutated ones of that type distinct too is stronger
+    than needed, but one check per type; where they are one object the recompile
+    shares their tracker. A frame that mutates nothing gets no guard. Tensors are
+    guarded by storage (``guard_and_merge_aliases``).
+    """
+    mutated = {
+        event[1].source for event in output.side_effects.events if event[0] in _OBJECT_EVENTS
+    }
+    if not mutated:
+        return
+    by_type: dict[type, list[str]] = {}
+    for source, value in output.objects_read():
+        if not isinstance(value, torch.Tensor):
+            by_type.setdefault(type(value), []).append(source)
+    for sources in by_type.values():
+        if len(sources) < 2 or mutated.isdisjoint(sources):
+            continue
+        if len(sources) == 2:
+            expr = f"{sources[0]} is not {sources[1]}"
+            output.guards.add(expr, COST_VALUE, f"{expr} (the frame mutates one)")
+            continue
+        ids = ", ".join(f"id({source})" for source in sources)
+        output.guards.add(
+            f"len({{{ids}}}) == {len(sources)}",
+            COST_VALUE,
+            f"{', '.join(sources)} are distinct objects (the frame mutates one)",
+        )

@@ -25,7 +25,7 @@ import torch
 from torchkiln import logs
 from torchkiln.capture import inference_mode, runtime
 from torchkiln.capture import variables as V
-from torchkiln.capture.aliasing import guard_and_merge_aliases
+from torchkiln.capture.aliasing import guard_and_merge_aliases, guard_distinct_objects
 from torchkiln.capture.causal_masks import use_is_causal
 from torchkiln.capture.codegen import FrameCodegen
 from torchkiln.capture.fakes import FakePropagation
@@ -160,6 +160,7 @@ def finish_entry(
     code = fn.__code__
     params = params_text(code)
     filename = f"<torchkiln {code.co_name} {code.co_filename}:{code.co_firstlineno}>"
+    guard_distinct_objects(trace.output)
     guard, first_failure, guard_source = trace.guards.compile(params, filename)
     exec(compile(source, filename, "exec"), trace.guards.ns)
     logs.artifact("guards", "guards of %s:\n%s", code.co_name, guard_source)

@@ -532,6 +532,16 @@ class OutputGraph:
             return self.module_getattr(vt, names[key])
         raise Unsupported(f"indexing {type(module).__name__} with {type(key).__name__}")
 
+    def objects_read(self) -> list[tuple[str, Any]]:
+        """``(source, object)`` for each object from outside that has a tracker of its own
+        (one per object: ``wrap`` gives an object read again its first tracker)."""
+        values = {id(value): value for value in self._keepalive}
+        return [
+            (vt.source, values[key])
+            for key, vt in self.by_id.items()
+            if vt.source is not None and key in values
+        ]
+
     # -- wrapping real values -------------------------------------------------------
 
     def wrap(self, value: Any, source: str | None) -> V.VariableTracker:
