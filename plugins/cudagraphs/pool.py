@@ -158,6 +158,6 @@ def alias_of(static: torch.Tensor) -> torch.Tensor:
     storage = torch._C._construct_storage_from_data_pointer(
         static.untyped_storage().data_ptr(), static.device, static.untyped_storage().nbytes()
     )
-    out = torch.empty(0, dtype=static.dtype, device=static.device)
+    out = static.new_empty(0)
     out.set_(storage, static.storage_offset(), static.shape, static.stride())
     return out
