@@ -32,7 +32,7 @@ from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
 from torchkiln.aot.cache import ArtifactCodec, PlanCache
 from torchkiln.aot.decompositions import keep_whole
-from torchkiln.aot.fake import fake_mode_and_inputs
+from torchkiln.aot.fake import fake_mode_and_inputs, user_modes_suspended
 from torchkiln.aot.partition import min_cut_partition
 from torchkiln.aot.runtime import (
     Compiler,
@@ -244,12 +244,15 @@ class _AOTCompiled:
                 )
                 return meta, RUN_AS_CAPTURED
             _log_graph("joint graph", joint.gm)
-            fw_gm, bw_gm = self.partition_fn(joint.gm, joint.num_fwd_outputs)
-            fw_gm.meta["num_user_outputs"] = joint.num_fwd_outputs
-            _log_graph("forward graph", fw_gm)
+            # the user's function modes are baked into the traced graphs: none from here on
+            with user_modes_suspended():
+                fw_gm, bw_gm = self.partition_fn(joint.gm, joint.num_fwd_outputs)
+                fw_gm.meta["num_user_outputs"] = joint.num_fwd_outputs
+                _log_graph("forward graph", fw_gm)
+                forward = self.fw_compiler(fw_gm, example_inputs_of(fw_gm))
             return meta, TrainingPlan(
                 meta=meta,
-                forward=self.fw_compiler(fw_gm, example_inputs_of(fw_gm)),
+                forward=forward,
                 backward_graph=bw_gm,
                 backward_compiler=self.bw_compiler,
                 num_fwd_outputs=joint.num_fwd_outputs,
@@ -258,7 +261,8 @@ class _AOTCompiled:
             )
         inference_gm = trace_inference(gm, meta, fakes, mode, self.decompositions)
         _log_graph("inference graph", inference_gm)
-        return meta, self.inference_compiler(inference_gm, example_inputs_of(inference_gm))
+        with user_modes_suspended():
+            return meta, self.inference_compiler(inference_gm, example_inputs_of(inference_gm))
 
     def __call__(self, *args: Any) -> Any:
         grad_enabled = torch.is_grad_enabled()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -12,6 +13,7 @@ from torch._higher_order_ops.effects import _get_effect
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.utils import _pytree as pytree
+from torch.utils._device import DeviceContext
 
 from torchkiln.exc import KilnError
 from torchkiln.static_shapes import has_symbolic_values
@@ -106,6 +108,63 @@ def non_leaf_copy(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
     place must be: eager refuses to write a leaf that requires grad."""
     with mode, torch.enable_grad():
         return _NonLeaf.apply(t)
+
+
+def beneath_user_modes(decompositions: Mapping | None) -> Mapping | None:
+    """``decompositions`` run beneath the user's torch function modes, where some are on the
+    stack while a graph is traced: a mode changes what the graph's own calls return (eager
+    runs them through it, and tracing bakes that in), not the arithmetic inside a kernel,
+    which a decomposition writes with torch calls of its own (a batch norm's ``+``)."""
+    if not decompositions or not _user_modes():
+        return decompositions
+    return {op: _beneath_user_modes(fn) for op, fn in decompositions.items()}
+
+
+def _beneath_user_modes(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with user_modes_suspended():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _user_modes() -> list:
+    """The torch function modes on the stack but the default device's (``DeviceContext``)."""
+    stack = torch.overrides._get_current_function_mode_stack()
+    return [mode for mode in stack if not isinstance(mode, DeviceContext)]
+
+
+@contextlib.contextmanager
+def user_modes_suspended() -> Iterator[None]:
+    """No torch function modes but the default device's: for what a backend does to an aten
+    graph traced with the user's modes baked in (compiling it, rewriting it by tracing)."""
+    if not _user_modes():
+        yield
+        return
+    stack = [
+        torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())
+    ]
+    kept = [mode for mode in reversed(stack) if isinstance(mode, DeviceContext)]
+    for mode in kept:
+        torch._C._push_on_torch_function_stack(mode)
+    try:
+        yield
+    finally:
+        for _ in kept:
+            torch._C._pop_torch_function_stack()
+        for mode in reversed(stack):
+            torch._C._push_on_torch_function_stack(mode)
+
+
+def compiled_beneath_user_modes(compiler: Callable) -> Callable:
+    """``compiler`` (a backend's, of aten graphs) run with ``user_modes_suspended``."""
+
+    def compile_graph(gm: Any, example_inputs: list) -> Any:
+        with user_modes_suspended():
+            return compiler(gm, example_inputs)
+
+    return compile_graph
 
 
 @contextlib.contextmanager

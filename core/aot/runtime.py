@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from torchkiln import logs
 from torchkiln.aot.analysis import GraphMeta, SharedOutputs
-from torchkiln.aot.fake import is_symbolic
+from torchkiln.aot.fake import compiled_beneath_user_modes, is_symbolic
 from torchkiln.aot.sizes import resolve
 from torchkiln.capture.dispatch import compile_lock
 from torchkiln.exc import NeedsStaticShapes
@@ -100,13 +100,12 @@ class TrainingPlan:
             _with_strides_of(fake, real)
             for fake, real in zip(example_inputs_of(self.backward_graph), args)
         ]
+        compiler = compiled_beneath_user_modes(self.backward_compiler)
         try:
-            self.compiled_backward = self.backward_compiler(self.backward_graph, examples)
+            self.compiled_backward = compiler(self.backward_graph, examples)
         except NeedsStaticShapes as e:  # compiled lazily: no caller above knows to catch it
             log.info("the backward compiles once per concrete size: %s", e)
-            self.compiled_backward = PerSizeCompiled(
-                self.backward_graph, self.backward_compiler, None
-            )
+            self.compiled_backward = PerSizeCompiled(self.backward_graph, compiler, None)
         if self.on_backward_compiled is not None:
             self.on_backward_compiled(self)
 

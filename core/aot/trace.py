@@ -23,7 +23,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchkiln.aot.analysis import GraphMeta
-from torchkiln.aot.fake import fresh_copies, from_functional, functionalized, to_functional
+from torchkiln.aot.fake import (
+    beneath_user_modes,
+    fresh_copies,
+    from_functional,
+    functionalized,
+    to_functional,
+)
 from torchkiln.aot.storage_views import read_storage_roots
 from torchkiln.effects import is_impure
 
@@ -63,9 +69,9 @@ def trace_inference(
         return [from_functional(o) for o in outputs]
 
     with torch.no_grad():
-        traced = make_fx(forward, decomposition_table=decompositions, tracing_mode="fake")(
-            fresh_copies(fake_inputs, mode)
-        )
+        traced = make_fx(
+            forward, decomposition_table=beneath_user_modes(decompositions), tracing_mode="fake"
+        )(fresh_copies(fake_inputs, mode))
     inference = _flatten_io(traced)
     # the capture marks parameters and buffers; an inference graph passes on the marks of
     # those it does not write (batch norm's running statistics in training mode), for a
@@ -142,9 +148,9 @@ def trace_joint(
         return [from_functional(o) for o in outputs] + [from_functional(g) for g in present]
 
     with torch.enable_grad():
-        traced = make_fx(joint, decomposition_table=decompositions, tracing_mode="fake")(
-            primals, tangents
-        )
+        traced = make_fx(
+            joint, decomposition_table=beneath_user_modes(decompositions), tracing_mode="fake"
+        )(primals, tangents)
     return JointGraph(
         gm=_flatten_io(traced),
         num_fwd_outputs=len(meta.mutated_inputs) + len(meta.computed_outputs),

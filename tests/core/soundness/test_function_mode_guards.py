@@ -10,12 +10,15 @@ captured graph's text, gave a graph traced under a mode to calls without it.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
 import torchkiln
 from torchkiln import counters
+from torchkiln.registry import backend_status, lookup_backend
 
 
 class AddHundred(TorchFunctionMode):
@@ -100,3 +103,51 @@ def test_the_plan_cache_key_names_the_default_device():
     cpu = _global_state()
     torch.set_default_device("meta")
     assert _global_state() != cpu
+
+
+class AddsOne(TorchFunctionMode):
+    """Adds 1 to what a floating-point addition returns, as the guard fuzz's ``PlusOne``."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        additions = (torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__)
+        if func in additions and isinstance(out, torch.Tensor) and out.is_floating_point():
+            return out + 1
+        return out
+
+
+class NormNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn = torch.nn.Linear(3, 6, bias=False), torch.nn.BatchNorm1d(6)
+        self.ln = torch.nn.LayerNorm(6)
+
+    def forward(self, x):
+        return self.ln(self.bn(self.fc(x))) + x.sum()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor", "onnxrt", "openvino", "tvm"])
+def test_a_mode_changes_the_graphs_calls_not_the_arithmetic_of_decompositions(backend):
+    """The mode adds 1 to the frame's ``+``, not to the additions inside a batch norm,
+    which the backends' decompositions (openvino's when it compiles) write as torch calls:
+    the AOT layer traces those, and backends compile, beneath the user's modes."""
+    status = backend_status(lookup_backend(backend))
+    if not status.usable:
+        pytest.skip(status.reason)
+    torchkiln.reset()
+    torch.manual_seed(0)
+    model, reference = NormNet(), NormNet()
+    reference.load_state_dict(model.state_dict())
+    compiled = torchkiln.compile(model, backend=backend)
+    for step, moded in enumerate((False, True, True, False)):  # compiled without it first
+        x = torch.randn(8, 3)
+        with AddsOne() if moded else contextlib.nullcontext():
+            got, want = compiled(x), reference(x)
+            got.sum().backward()
+            want.sum().backward()
+        torch.testing.assert_close(got, want, msg=lambda m, s=step: f"step {s}: {m}")
+        for name, ours in [*model.named_parameters(), *model.named_buffers()]:
+            theirs = dict([*reference.named_parameters(), *reference.named_buffers()])[name]
+            torch.testing.assert_close(ours, theirs)
+            if ours.grad is not None:
+                torch.testing.assert_close(ours.grad, theirs.grad)

@@ -13,11 +13,13 @@ from torchkiln import logs
 F32 = {"rtol": 1e-4, "atol": 1e-4}
 
 
-def train_compared(model: torch.nn.Module, x: torch.Tensor, caplog) -> str:
+def train_compared(
+    model: torch.nn.Module, x: torch.Tensor, caplog, options: dict | None = None
+) -> str:
     """One step of ``model`` compiled for openvino (loss, then every gradient) against an
     eager twin; the partition plans it logged."""
     twin = copy.deepcopy(model)
-    compiled = torchkiln.compile(model, backend="openvino")
+    compiled = torchkiln.compile(model, backend="openvino", options=options)
     logs.set_logs("partitions")
     try:
         with caplog.at_level(logging.INFO, logger="torchkiln"):

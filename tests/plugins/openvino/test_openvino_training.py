@@ -216,7 +216,8 @@ def test_an_input_compiled_channels_last_is_taken_nhwc(given):
 
 def test_a_conv_net_trains_with_its_saved_values_nhwc(caplog, monkeypatch, tmp_path):
     """A CNN's training step: the forward saves its convolutions' outputs NHWC, the
-    backward takes them so; loss and gradients match eager's."""
+    backward takes them so; loss and gradients match eager's. Every graph in OpenVINO: on
+    a loaded machine the measured choice (``torch_when_faster``) may keep torch's forward."""
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))  # compiled here, not loaded
     found: list[frozenset[int]] = []
 
@@ -226,7 +227,7 @@ def test_a_conv_net_trains_with_its_saved_values_nhwc(caplog, monkeypatch, tmp_p
 
     monkeypatch.setattr(compiler, "nhwc_inputs", recording)
     model = nn.Sequential(conv_bn(), nn.ReLU(), nn.Conv2d(4, 16, 3, padding=1), nn.BatchNorm2d(16))
-    train_compared(model, torch.randn(4, 3, 16, 16), caplog)
+    train_compared(model, torch.randn(4, 3, 16, 16), caplog, {"torch_when_faster": False})
     assert not found[0] and found[1], "the backward took no saved value NHWC"
 
 
