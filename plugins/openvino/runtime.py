@@ -324,8 +324,10 @@ class OpenVINOGraph:
         # share_outputs: the results are already in ``outputs``; the default would copy
         # every output into a numpy array of its own, only to be thrown away
         request.infer(share_outputs=True)
-        for i, k in self.passthrough.items():  # an alias of an input: a copy, as all results are
-            outputs[i] = feeds[k].detach().clone()
+        for i, k in self.passthrough.items():  # an input as it is: a copy in the traced strides
+            traced = self.values[i]
+            fresh = torch.empty_strided(traced.shape, traced.stride(), dtype=traced.dtype)
+            outputs[i] = fresh.copy_(feeds[k])
         for i in self.viewed:
             outputs[i] = outputs[i].permute(NCHW)
         for i, (stride, order) in self.copied.items():

@@ -146,6 +146,18 @@ def test_an_input_returned_as_it_is_comes_back_as_a_copy():
         assert same.data_ptr() != x.data_ptr() and same.stride() == x.stride()
 
 
+def test_an_input_copied_contiguous_comes_back_in_the_traced_strides():
+    """``x.contiguous()`` of a transposed input: OpenVINO passes the input through, the copy
+    the runtime returns is laid out as eager's (the guard fuzz found it transposed)."""
+    torchkiln.reset()
+    compiled = torchkiln.compile(lambda x: (x * 2, x.contiguous()), backend="openvino")
+    for _ in range(2):
+        x = torch.randn(3, 2).t()
+        _, out = compiled(x)
+        torch.testing.assert_close(out, x, rtol=0, atol=0)
+        assert out.is_contiguous() and out.data_ptr() != x.data_ptr()
+
+
 def test_threads_each_get_their_own_results():
     compiled = torchkiln.compile(lambda x: torch.tanh(x) @ x.t(), backend="openvino")
     compiled(torch.randn(64, 64))
