@@ -30,6 +30,8 @@ class OutputMeta:
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
+    #: the traced strides (None in entries stored before they were kept: contiguous)
+    stride: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,10 @@ def dump(compiled: object) -> OnnxArtifact | None:
         converted.model_bytes,
         list(converted.input_names),
         list(converted.output_names),
-        [OutputMeta(tuple(m.shape), m.dtype, m.device) for m in converted.output_metas],
+        [
+            OutputMeta(tuple(m.shape), m.dtype, m.device, tuple(m.stride()))
+            for m in converted.output_metas
+        ],
         list(converted.output_slots),
         list(compiled.input_args),
         compiled.device,

@@ -11,9 +11,11 @@ dimensions sizes its outputs per call, from the arguments' sizes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import onnxruntime
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils._pytree import tree_leaves
 
 from torchkiln.exc import BackendUnavailable, InvalidOptionError, KilnError, NotImplementedYet
@@ -142,6 +144,11 @@ class OnnxRuntimeGraph:
         self._cpu_scalar_outputs = [
             i for i, m in enumerate(self.output_metas) if m.device != device
         ]
+        #: outputs eager lays out densely but not contiguously (a transpose, channels-last):
+        #: onnxruntime writes them contiguously, the runtime copies them into eager's strides
+        self._restrided = {
+            i: stride for i, m in enumerate(self.output_metas) if (stride := _permuted_stride(m))
+        }
 
     def __call__(self, *args: torch.Tensor) -> list:
         if self.index_checks:
@@ -179,6 +186,10 @@ class OnnxRuntimeGraph:
         self.session._sess.run_with_iobinding(binding, None)
         for i in self._cpu_scalar_outputs:
             outputs[i] = outputs[i].cpu()
+        for i, stride in self._restrided.items():
+            out = outputs[i]
+            fresh = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
+            outputs[i] = fresh.copy_(out)
         return outputs
 
     @staticmethod
@@ -204,3 +215,15 @@ class OnnxRuntimeGraph:
         # address will do, nothing is read or written there.
         pointer = tensor.data_ptr() if tensor.numel() else self._placeholder.data_ptr()
         bind(name, self._ort_device, onnx_dtype(tensor.dtype), tuple(tensor.shape), pointer)
+
+
+def _permuted_stride(meta: Any) -> tuple[int, ...] | None:
+    """The traced strides of an output (a fake tensor, or the plan cache's ``OutputMeta``)
+    where they are dense but not contiguous; None otherwise, or where sizes are symbolic."""
+    stride = meta.stride() if isinstance(meta, torch.Tensor) else meta.stride
+    if stride is None or not all(type(v) is int for v in (*meta.shape, *stride)):
+        return None
+    laid_out = torch.empty_strided(tuple(meta.shape), tuple(stride), device="meta")
+    if laid_out.is_contiguous() or not is_non_overlapping_and_dense_or_false(laid_out):
+        return None
+    return tuple(stride)

@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_leaves
 
 import torchkiln
 from torchkiln import logs
@@ -118,3 +120,40 @@ def test_a_failing_conversion_runs_its_graph_in_torch_naming_the_ops(monkeypatch
         caplog.text
     )
     assert "ops: sin.default, add.Tensor" in caplog.text
+
+
+def test_outputs_come_back_in_eagers_strides():
+    """onnxruntime writes outputs contiguously; eager lays a transposed input's pointwise
+    results out transposed, a channels-last convolution's channels-last: the runtime
+    copies such outputs into eager's strides (the guard fuzz found them contiguous)."""
+
+    def pointwise(x, y):
+        return (x.sin() + y * 2).relu(), x.cos()
+
+    conv = nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    cases = [
+        (pointwise, lambda: (torch.randn(3, 4).t(), torch.randn(3, 4).t())),
+        (conv, lambda: (torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last),)),
+    ]
+    for fn, make in cases:
+        torchkiln.reset()
+        compiled = torchkiln.compile(fn, backend="onnxrt")
+        with torch.no_grad():
+            for _ in range(2):
+                args = make()
+                got, want = compiled(*args), fn(*args)
+                torch.testing.assert_close(got, want)
+                for g, w in zip(tree_leaves(got), tree_leaves(want)):
+                    assert g.stride() == w.stride()
+
+
+def test_the_plan_cache_keeps_the_strides_outputs_come_back_in():
+    from torchkiln_onnxrt import cache
+    from torchkiln_onnxrt.compiler import compile_aten_graph
+
+    x = torch.randn(3, 4).t()
+    graph = compile_aten_graph(make_fx(lambda x: (x.sin(),))(x), [x])
+    loaded = cache.load(cache.dump(graph))
+    assert loaded._restrided == graph._restrided == {0: (1, 4)}
+    torch.testing.assert_close(loaded(x)[0], x.sin())
+    assert loaded(x)[0].stride() == (1, 4)
