@@ -73,10 +73,14 @@ class TVMGraph:
             return self._run(args)
 
     def _run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        inputs = [tvm.runtime.from_dlpack(self._on_device(k, a)) for k, a in enumerate(args)]
-        outputs = [torch.from_dlpack(t) for t in self.main(*inputs)]
-        for k in self.copies:
-            outputs[k] = outputs[k].clone()
+        tensors = [self._on_device(k, a) for k, a in enumerate(args)]
+        outputs = [torch.from_dlpack(t) for t in self.main(*map(tvm.runtime.from_dlpack, tensors))]
+        # and those Relax's simplifications made an input as it is (``x * 1.0``), or a
+        # reshape of one (the VM's reshape is a view): they start at an input's address
+        starts = {t.data_ptr() for t in tensors if t.numel()}
+        for k, out in enumerate(outputs):
+            if k in self.copies or (out.numel() and out.data_ptr() in starts):
+                outputs[k] = out.clone()
         for k, stride in self.strided.items():
             out = outputs[k]
             fresh = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)

@@ -92,3 +92,17 @@ def test_outputs_are_fresh_and_laid_out_as_eager():
     x.add_(1)  # eager's outputs alias x: the compiled ones show the write too
     torch.testing.assert_close(first[0], x)
     torch.testing.assert_close(first[1], x.view(-1))
+
+
+def test_an_output_relax_simplified_to_an_input_is_a_copy():
+    """``x * 1.0``: Relax returns the input as it is; eager's result is a tensor of its own,
+    which a write does not carry into ``x`` (the guard fuzz found the tvm output aliased)."""
+    compiled = torchkiln.compile(lambda x: (x * 1.0, (x * 1.0).reshape(-1)), backend="tvm")
+    for _ in range(2):
+        x = torch.randn(2, 3)
+        scaled, flat = compiled(x)
+        torch.testing.assert_close(scaled, x)
+        scaled.add_(1)
+        flat.add_(1)
+        torch.testing.assert_close(scaled, x + 1)
+        assert not torch.equal(scaled, x)
