@@ -106,7 +106,7 @@ class _NonLeaf(torch.autograd.Function):
 def non_leaf_copy(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
     """A copy of ``t`` (that requires grad) that is no leaf, as an input the graph writes in
     place must be: eager refuses to write a leaf that requires grad."""
-    with mode, torch.enable_grad():
+    with mode, torch.inference_mode(False), torch.enable_grad():  # a normal tensor, as t
         return _NonLeaf.apply(t)
 
 

@@ -151,3 +151,16 @@ def check_gradients(fn, backend="aot_eager", compiled=None):
             out.backward(torch.arange(4.0))
             results.append((out, x.grad))
         torch.testing.assert_close(results[0], results[1])
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_an_input_that_requires_grad_written_in_place_under_inference_mode(backend):
+    """Under inference mode eager writes it; the analysis's non-leaf copy of it must be a
+    normal tensor too (an inference tensor cannot be written outside inference mode)."""
+    torchkiln.reset()
+    compiled = torchkiln.compile(scale_in_place, backend=backend)
+    compiled(torch.ones(3))
+    with torch.inference_mode():
+        x, y = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+        torch.testing.assert_close(compiled(x), scale_in_place(y))
+        torch.testing.assert_close(x, y)
