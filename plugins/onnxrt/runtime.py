@@ -144,10 +144,11 @@ class OnnxRuntimeGraph:
         self._cpu_scalar_outputs = [
             i for i, m in enumerate(self.output_metas) if m.device != device
         ]
-        #: outputs eager lays out densely but not contiguously (a transpose, channels-last):
-        #: onnxruntime writes them contiguously, the runtime copies them into eager's strides
+        #: outputs eager lays out densely but not contiguously (a transpose, channels-last),
+        #: by the order of their dimensions in memory (outermost first, as sizes vary with
+        #: dynamic ones): onnxruntime writes them contiguously, the runtime copies them so
         self._restrided = {
-            i: stride for i, m in enumerate(self.output_metas) if (stride := _permuted_stride(m))
+            i: order for i, m in enumerate(self.output_metas) if (order := _permutation(m))
         }
 
     def __call__(self, *args: torch.Tensor) -> list:
@@ -186,9 +187,9 @@ class OnnxRuntimeGraph:
         self.session._sess.run_with_iobinding(binding, None)
         for i in self._cpu_scalar_outputs:
             outputs[i] = outputs[i].cpu()
-        for i, stride in self._restrided.items():
+        for i, order in self._restrided.items():
             out = outputs[i]
-            fresh = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
+            fresh = torch.empty_permuted(out.shape, order, dtype=out.dtype, device=out.device)
             outputs[i] = fresh.copy_(out)
         return outputs
 
@@ -217,13 +218,25 @@ class OnnxRuntimeGraph:
         bind(name, self._ort_device, onnx_dtype(tensor.dtype), tuple(tensor.shape), pointer)
 
 
-def _permuted_stride(meta: Any) -> tuple[int, ...] | None:
-    """The traced strides of an output (a fake tensor, or the plan cache's ``OutputMeta``)
-    where they are dense but not contiguous; None otherwise, or where sizes are symbolic."""
+def _permutation(meta: Any) -> tuple[int, ...] | None:
+    """The order of an output's dimensions in memory, outermost first, where its traced
+    layout (a fake tensor's, or the plan cache's ``OutputMeta``) is dense but not contiguous;
+    None otherwise. Symbolic sizes and strides are compared at their traced values."""
     stride = meta.stride() if isinstance(meta, torch.Tensor) else meta.stride
-    if stride is None or not all(type(v) is int for v in (*meta.shape, *stride)):
+    if stride is None:
         return None
-    laid_out = torch.empty_strided(tuple(meta.shape), tuple(stride), device="meta")
+    shape, stride = tuple(map(_traced, meta.shape)), tuple(map(_traced, stride))
+    laid_out = torch.empty_strided(shape, stride, device="meta")
     if laid_out.is_contiguous() or not is_non_overlapping_and_dense_or_false(laid_out):
         return None
-    return tuple(stride)
+    return tuple(sorted(range(len(shape)), key=lambda d: (-stride[d], d)))
+
+
+def _traced(size: Any) -> int:
+    """A size at the value it was traced at (imported where one is symbolic: a process
+    loading plans from the cache imports no sympy)."""
+    if type(size) is int:
+        return size
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    return optimization_hint(size)
