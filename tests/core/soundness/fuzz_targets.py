@@ -8,9 +8,10 @@ between calls, from every class the issue lists: shapes, dtypes,
 ``requires_grad``, global torch state (:class:`Env`), knobs, aliasing between
 inputs, threads and config; and the memory layout of inputs (the same values
 at a storage offset, strided, permuted, channels_last, expanded: see
-:func:`laid_out`). A changed dimension drifts back to its initial
-value over the next calls, so a run keeps revisiting states it compiled
-before (the stale-entry case) without running out of cache entries.
+:func:`laid_out`), and marks on the first input (``torchkiln.mark_dynamic`` with bounds,
+``maybe_mark_dynamic``, ``mark_static``: see :func:`apply_mark`). A changed dimension
+drifts back to its initial value over the next calls, so a run keeps revisiting states it
+compiled before (the stale-entry case) without running out of cache entries.
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ class Spec:
     alias: str = "distinct"  # or one of Target.alias
     inference_inputs: bool = False
     layout: str = "contiguous"  # or one of Target.layouts
+    #: ``torchkiln.mark_*`` call on the first input tensor before each call (see apply_mark)
+    mark: Mark | None = None
 
     def changed(self, target: Target) -> str:
         parts = [f"shape={target.shapes[self.shape]}", f"dtype={short(self.dtype)}"]
@@ -143,7 +146,54 @@ class Spec:
             parts.append(f"alias={self.alias}")
         if self.layout != "contiguous":
             parts.append(f"layout={self.layout}")
+        if self.mark is not None:
+            parts.append(f"mark={self.mark}")
         return ",".join(parts)
+
+
+class Mark(NamedTuple):
+    """``torchkiln.mark_dynamic(x, dim, min=low, max=high)`` (kind "dynamic"),
+    ``maybe_mark_dynamic(x, dim)`` ("maybe") or ``mark_static(x, dim)`` ("static")."""
+
+    kind: str
+    dim: int
+    low: int | None = None
+    high: int | None = None
+
+    def __str__(self) -> str:
+        bounds = f", min={self.low}, max={self.high}" if self.kind == "dynamic" else ""
+        return f"{self.kind}(dim {self.dim}{bounds})"
+
+
+def apply_mark(mark: Mark | None, args: tuple) -> str:
+    """Marks the first input tensor as ``mark`` says, before a compiled call (as a user marks
+    each batch). ``mark_dynamic`` refuses a size outside its bounds, or 0 or 1 (documented,
+    tested in test_dynamic_shapes.py): that call goes unmarked, and meets the entries the
+    marked calls compiled (their bound guards must fail). Returns what was done."""
+    first = next((t for t in flat_tensors(args)), None)
+    if mark is None or first is None or mark.dim >= first.dim():
+        return ""
+    try:
+        if mark.kind == "dynamic":
+            torchkiln.mark_dynamic(first, mark.dim, min=mark.low, max=mark.high)
+        elif mark.kind == "maybe":
+            torchkiln.maybe_mark_dynamic(first, mark.dim)
+        else:
+            torchkiln.mark_static(first, mark.dim)
+    except ValueError:
+        return f"not marked: size {first.size(mark.dim)} out of {mark}"
+    return f"marked {mark}"
+
+
+def flat_tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from flat_tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from flat_tensors(v)
 
 
 def rand(spec: Spec, gen: torch.Generator, *shape: int, grad: bool | None = None) -> torch.Tensor:
@@ -1168,6 +1218,424 @@ class RoutedNet(nn.Module):
         return self.heads[self.route](x)
 
 
+# -- hooks ------------------------------------------------------------------------------------
+# Module hooks (forward, pre, kwargs, prepend, always_call, backward, global) and tensor hooks,
+# registered, replaced and removed between calls; their hooks read globals that change too.
+# Capture inlines a submodule only while it has no hooks (a guard), and calls one that has
+# them natively: a missing guard or a hook run twice, never or in the wrong order shows here.
+# A global that hooks read may be a knob of several targets: both sides read the same value.
+
+HOOK_SCALE = 1.0
+HOOK_SHIFT = 0.5
+HOOK_GRAD_SCALE = 3.0
+TENSOR_HOOK_SCALE = 2.0
+GLOBAL_HOOKS = ""
+
+
+def shift_input(module, args):
+    return (args[0] + 1,)
+
+
+def scaled_output(module, args, output):
+    return output * HOOK_SCALE
+
+
+def double_output(module, args, output):
+    return output * 2
+
+
+def count_call(module, args, output):
+    """A side effect: the fuzz compares module attributes, so a hook run twice or never shows."""
+    module.hook_calls = getattr(module, "hook_calls", 0) + 1
+
+
+def shift_kwarg(module, args, kwargs):
+    return args, {**kwargs, "shift": HOOK_SHIFT}
+
+
+def add_kwarg(module, args, kwargs, output):
+    return output + kwargs.get("shift", -1.0)
+
+
+def scale_grad_input(module, grad_input, grad_output):
+    return tuple(None if g is None else g * HOOK_GRAD_SCALE for g in grad_input)
+
+
+def scale_grad_output(module, grad_output):
+    return tuple(None if g is None else g * HOOK_GRAD_SCALE for g in grad_output)
+
+
+#: A module hook by name: the ``register_*`` method, the hook, its options.
+MODULE_HOOKS = {
+    "pre": ("register_forward_pre_hook", scale_input, {}),
+    "pre_first": ("register_forward_pre_hook", shift_input, {"prepend": True}),
+    "post": ("register_forward_hook", add_one, {}),
+    "post_first": ("register_forward_hook", double_output, {"prepend": True}),
+    "scaled": ("register_forward_hook", scaled_output, {}),
+    "count": ("register_forward_hook", count_call, {}),
+    "always_count": ("register_forward_hook", count_call, {"always_call": True}),
+    "kwpre": ("register_forward_pre_hook", shift_kwarg, {"with_kwargs": True}),
+    "kwpost": ("register_forward_hook", add_kwarg, {"with_kwargs": True}),
+    "full_backward": ("register_full_backward_hook", scale_grad_input, {}),
+    "backward_pre": ("register_full_backward_pre_hook", scale_grad_output, {}),
+    "legacy_backward": ("register_backward_hook", triple_grads, {}),
+}
+
+
+def module_hooks_knob(path: str, *values: str, owner: str = "") -> Knob:
+    """Hooks of the submodule at ``path`` ("": the module, through the compiled object), or of
+    the global module ``owner``, as ``"pre+post"``: the previous ones removed by their handles,
+    these registered."""
+
+    def apply(side: Any, value: str) -> None:
+        orig = getattr(THIS, owner) if owner else getattr(side, "_orig_mod", side)
+        module = orig.get_submodule(path)
+        for handle in HANDLES.pop(id(module), []):
+            handle.remove()
+        register_on = module if path or owner else side
+        for kind in filter(None, value.split("+")):
+            register, hook, options = MODULE_HOOKS[kind]
+            handle = getattr(register_on, register)(hook, **options)
+            HANDLES.setdefault(id(module), []).append(handle)
+
+    return Knob(f"hooks {owner or path or 'self'}", values, apply)
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    knobs=(
+        module_hooks_knob("", "", "post+post_first", "pre+pre_first", "scaled"),
+        module_hooks_knob("fc1", "", "pre", "pre+pre_first", "scaled"),
+        module_hooks_knob("fc2", "", "post+post_first", "count", "pre+scaled"),
+        global_knob("HOOK_SCALE", 1.0, -2.0),
+        dtype_knob(),
+    ),
+)
+class SubmoduleHooksNet(nn.Module):
+    """Forward and pre-hooks (some ``prepend=True``: order matters) on the module and on its
+    submodules; ``scaled`` reads a global at each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(3, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).tanh())
+
+
+class Shifted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x, *, shift=0.0):
+        return self.fc(x) + shift
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    dtypes=(F32,),
+    knobs=(
+        module_hooks_knob("inner", "", "kwpre", "kwpost", "kwpre+kwpost"),
+        module_hooks_knob("", "", "kwpost"),
+        attr_knob("shift", 1.0, -2.0),
+        global_knob("HOOK_SHIFT", 0.5, 4.0),
+    ),
+)
+class KwargsHooksNet(nn.Module):
+    """``with_kwargs=True`` hooks: a pre-hook that replaces a keyword argument, a forward hook
+    that reads them (the module itself is called without any)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = Shifted()
+        self.shift = 1.0
+
+    def forward(self, x):
+        return self.inner(x, shift=self.shift).sigmoid()
+
+
+def scale_grad(grad):
+    return grad * TENSOR_HOOK_SCALE
+
+
+def scale_accumulated(param):
+    param.grad.mul_(TENSOR_HOOK_SCALE)
+
+
+def param_hooks_knob(name: str, *values: str) -> Knob:
+    """A tensor hook on the parameter ``name``: ``"grad"`` scales its gradient, ``"accumulated"``
+    (``register_post_accumulate_grad_hook``) scales ``.grad`` once backward has accumulated it."""
+
+    def apply(side: Any, value: str) -> None:
+        param = getattr(side, "_orig_mod", side).get_parameter(name)
+        for handle in HANDLES.pop(id(param), []):
+            handle.remove()
+        if value:
+            register, hook = {
+                "grad": (param.register_hook, scale_grad),
+                "accumulated": (param.register_post_accumulate_grad_hook, scale_accumulated),
+            }[value]
+            HANDLES[id(param)] = [register(hook)]
+
+    return Knob(f"hooks {name}", values, apply)
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    dtypes=(F32,),
+    knobs=(
+        module_hooks_knob("fc2", "", "full_backward", "backward_pre", "backward_pre+post"),
+        # torch refuses a legacy hook on a module that had full ones: act has legacy ones only
+        module_hooks_knob("act", "", "legacy_backward", "legacy_backward+pre"),
+        global_knob("HOOK_GRAD_SCALE", 3.0, -0.5),
+        param_hooks_knob("fc1.weight", "", "grad", "accumulated"),
+    ),
+)
+class BackwardHooksNet(nn.Module):
+    """Backward hooks on submodules change the gradients of the inputs and of earlier layers'
+    parameters, tensor hooks on a parameter its gradient. The legacy ``register_backward_hook``
+    hooks the output's ``grad_fn``: on a one-node module fed an intermediate (torch warns
+    about it elsewhere)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Risky(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.limit = 3
+        self.hook_calls = 0
+
+    def forward(self, x):
+        if x.shape[0] > self.limit:
+            raise ValueError("batch too large")
+        return self.fc(x)
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    dtypes=(F32,),
+    knobs=(
+        module_hooks_knob("risky", "", "always_count", "count", "always_count+post"),
+        attr_knob("risky.limit", 3, 1),
+    ),
+)
+class AlwaysCallNet(nn.Module):
+    """A submodule that raises (batches over ``risky.limit``), caught by the caller: its
+    ``always_call=True`` hook still runs (and counts), a plain one does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.risky, self.fallback = Risky(), nn.Linear(3, 3)
+
+    def forward(self, x):
+        try:
+            return self.risky(x).relu()
+        except ValueError:
+            return self.fallback(x)
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    dtypes=(F32,),
+    inductor=True,
+    knobs=(module_hooks_knob("fc", "", "count", "pre+post", "scaled+count"),),
+)
+class CalledTwiceNet(nn.Module):
+    """One submodule called twice in a forward: its hooks run on each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(self.fc(x).tanh()) + x
+
+
+def global_pre_hook(module, args):
+    """Returns a bare tensor, not a tuple: ``nn.Module`` wraps it."""
+    return args[0] * 2 if isinstance(module, nn.Linear) else None
+
+
+def global_forward_hook(module, args, output):
+    if isinstance(module, nn.Linear) and output is not None:  # None: forward raised
+        return output + HOOK_SHIFT
+    return None
+
+
+def global_backward_hook(module, grad_input, grad_output):
+    if isinstance(module, nn.Linear):
+        return scale_grad_input(module, grad_input, grad_output)
+    return None
+
+
+#: A global module hook by name (``torch.nn.modules.module.register_module_*``).
+GLOBAL_MODULE_HOOKS = {
+    "pre": ("register_module_forward_pre_hook", global_pre_hook, {}),
+    "post": ("register_module_forward_hook", global_forward_hook, {}),
+    "always": ("register_module_forward_hook", global_forward_hook, {"always_call": True}),
+    "backward": ("register_module_full_backward_hook", global_backward_hook, {}),
+}
+
+
+def call_under_global_hooks(module, args):
+    """Registers the global hooks ``GLOBAL_HOOKS`` names for this call only: registered for the
+    whole run, they would change every other target (and test) too."""
+    handles = []
+    for kind in filter(None, GLOBAL_HOOKS.split("+")):
+        register, hook, options = GLOBAL_MODULE_HOOKS[kind]
+        handles.append(getattr(torch.nn.modules.module, register)(hook, **options))
+    try:
+        return module(*args)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    dtypes=(F32,),
+    threads=False,  # global hooks: a thread's call would see another's
+    call=call_under_global_hooks,
+    knobs=(
+        global_knob("GLOBAL_HOOKS", "", "pre", "post", "pre+always", "backward"),
+        global_knob("HOOK_SHIFT", 0.5, 4.0),
+    ),
+)
+class GlobalHooksNet(nn.Module):
+    """Global module hooks added and removed between calls: they apply to every submodule."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(3, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu())
+
+
+class OffsetLinear(nn.Linear):
+    """Overrides ``__call__``: capture traces the override, whose ``super().__call__`` runs the hooks."""
+
+    def __call__(self, x):
+        return super().__call__(x) + 0.5
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    dtypes=(F32,),
+    knobs=(module_hooks_knob("fc", "", "pre", "post_first+scaled", "count"),),
+)
+class OverriddenCallNet(nn.Module):
+    """Hooks on a submodule whose class overrides ``__call__``."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = OffsetLinear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x).tanh()
+
+
+HOOKED_LAYER = nn.Linear(3, 3)
+
+
+@target(
+    category="hooks",
+    args=x_only,
+    dtypes=(F32,),
+    knobs=(
+        module_hooks_knob("", "", "pre", "post+scaled", "kwpost", owner="HOOKED_LAYER"),
+        global_knob("HOOK_SCALE", 1.0, -2.0),
+    ),
+)
+def global_module_call(x):
+    """A function calling a module it reads from a global: hooks on it change between calls."""
+    return HOOKED_LAYER(x).tanh() * 2
+
+
+@target(
+    category="hooks",
+    args=x_and_w,
+    inductor=True,
+    knobs=(global_knob("TENSOR_HOOK_SCALE", 2.0, -0.5),),
+)
+def tensor_hook_inside(x, w):
+    """``register_hook`` inside the compiled function, on an intermediate and on an input;
+    the hook reads a global when backward runs."""
+    h = x @ w
+    if h.requires_grad:
+        h.register_hook(scale_grad)
+    if x.requires_grad:
+        x.register_hook(scale_grad)
+    return h.tanh(), h.sum()
+
+
+def make_closure_tensor_hook():
+    factor = 3.0
+
+    def hook(grad):
+        return grad * factor
+
+    def closure_tensor_hook(x):
+        """A hook from a closure cell (reading a cell of its own) on an intermediate used twice.
+        (A lambda the frame defines would run the whole frame eagerly.)"""
+        y = x.sin()
+        if y.requires_grad:
+            y.register_hook(hook)
+        return y * y, y.cos()
+
+    return closure_tensor_hook
+
+
+def set_hook_factor(fn, value):
+    hook = fn.__closure__[fn.__code__.co_freevars.index("hook")].cell_contents
+    hook.__closure__[hook.__code__.co_freevars.index("factor")].cell_contents = value
+
+
+TARGETS.append(
+    Target(
+        name="closure_tensor_hook",
+        category="hooks",
+        build=make_closure_tensor_hook,
+        args=x_only,
+        knobs=(Knob("hook factor", (3.0, -0.5), set_hook_factor),),
+    )
+)
+
+
+def x_with_grad_hook(spec, gen, shape):
+    """An input with a tensor hook registered before the call (when it requires grad)."""
+    x = one_input(spec, gen, shape)
+    if x.requires_grad:
+        x.register_hook(scale_grad)
+    return (x,)
+
+
+@target(
+    category="hooks",
+    args=x_with_grad_hook,
+    inductor=True,
+    knobs=(global_knob("TENSOR_HOOK_SCALE", 2.0, -0.5),),
+)
+def input_with_hook(x):
+    """Gradients reach a hooked input through the graph and through an output that may view it."""
+    return (x * x).sum(0), x.reshape(-1)[:2], x.exp()
+
+
 # -- graph breaks ---------------------------------------------------------------------------
 # Each target breaks its frame (an unknown C function, the standard library, a data-dependent
 # branch, ``.item()``): a graph up to the break, the unsupported code run in Python, then a
@@ -1539,7 +2007,7 @@ class Program:
     history: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
-    def build(cls, target: Target, backend: str, seed: int) -> Program:
+    def build(cls, target: Target, backend: str, seed: int, dynamic: bool | None = None) -> Program:
         with torch.random.fork_rng(devices=[]), default_dtype(F32):
             torch.manual_seed(seed)
             obj = target.build()
@@ -1548,14 +2016,14 @@ class Program:
         if not isinstance(obj, nn.Module):
             for k in target.knobs:
                 k.apply(obj, resolve(k.values[0]))
-            compiled = torchkiln.compile(obj, backend=backend)
+            compiled = torchkiln.compile(obj, backend=backend, dynamic=dynamic)
             return cls(target, compiled, obj, None, [obj], spec, knobs)
         twin = copy.deepcopy(obj)
         originals, twins = (list(obj), list(twin)) if target.compile_each else ([obj], [twin])
         for k in target.knobs:  # before compiling: hooks registered on the module, say
             for side in originals + twins:
                 k.apply(side, resolve(k.values[0]))
-        compiled = [torchkiln.compile(m, backend=backend) for m in originals]
+        compiled = [torchkiln.compile(m, backend=backend, dynamic=dynamic) for m in originals]
         sides = [side for pair in zip(compiled, twins) for side in pair]
         return cls(
             target, compiled if target.compile_each else compiled[0], twin, obj, sides, spec, knobs
@@ -1590,6 +2058,7 @@ MUTATION_WEIGHTS = {
     "knob": 3.0,
     "threads": 0.5,
     "config": 0.15,
+    "mark": 1.0,
 }
 FOCUS = 3.0  # weight multiplier of the classes a target is built to expose
 P_MUTATE = 0.45  # a call is preceded by mutations with this probability
@@ -1609,12 +2078,15 @@ def weights(target: Target) -> dict[str, float]:
         "knob": bool(target.knobs),
         "threads": target.threads,
         "config": True,
+        "mark": bool(target.shapes[0]),
     }
     focus = {"knob", "alias"}
     if target.category == "global torch state":  # grad mode matters with inputs that require grad
         focus |= {"global_state", "requires_grad"}
     if target.category == "layout":
         focus |= {"layout"}
+    if target.category == "symbolic sizes":
+        focus |= {"shape", "mark"}
     return {
         name: w * (FOCUS if name in focus else 1.0)
         for name, w in MUTATION_WEIGHTS.items()
@@ -1647,6 +2119,12 @@ def mutate(rng: random.Random, prog: Program, env: Env) -> tuple[list[str], int]
     if spec.layout != "contiguous" and rng.random() < P_DRIFT_BACK:
         spec.layout = "contiguous"
         done.append("layout=contiguous")
+    if spec.mark is not None and rng.random() < P_DRIFT_BACK:
+        spec.mark = None
+        done.append("mark=None")
+    if len(target.shapes) > 2 and spec.shape != 0 and rng.random() < P_DRIFT_BACK:
+        spec.shape = 0  # with two shapes the next change goes back anyway
+        done.append(f"shape={target.shapes[0]}")
     if prog.calls == 0:  # a first call from several threads at once, or with a config change
         if rng.random() < 0.05:
             env.cache_size_limit = 0
@@ -1690,4 +2168,169 @@ def mutate(rng: random.Random, prog: Program, env: Env) -> tuple[list[str], int]
         elif kind == "config":
             env.cache_size_limit = 0
             done.append("config.cache_size_limit=0 (this call)")
+        elif kind == "mark":
+            spec.mark = random_mark(rng, target, target.shapes[spec.shape])
+            done.append(f"mark={spec.mark}")
     return done, threads
+
+
+def random_mark(rng: random.Random, target: Target, shape: tuple) -> Mark:
+    """A mark of one dimension of the first input: bounds around its size now (some that a
+    later shape leaves), or a static or maybe-dynamic mark."""
+    dim = rng.randrange(len(shape))
+    kind = rng.choice(("dynamic", "dynamic", "maybe", "static"))
+    size = shape[dim]
+    if kind != "dynamic" or size < 2:
+        return Mark("maybe" if kind == "dynamic" else kind, dim)
+    largest = max(s[dim] for s in target.shapes if len(s) > dim)
+    low = rng.choice((None, 2, size))
+    high = rng.choice((None, size, size + 1, max(largest, size)))
+    return Mark(kind, dim, low, high)
+
+
+# ===========================================================================
+# Symbolic sizes (dynamic shapes). Targets whose results depend on size arithmetic: views
+# from sizes, sizes as Python ints in branches and loops, slices and pads by sizes,
+# broadcasting of size 1 against size n, pieces whose number depends on a size. Their shapes
+# take several values (1 and 0 among them) and drift back to the first; under
+# ``dynamic=True`` or marks, symbolic guards (``s0 > 4``, ``Eq(s1, s0)``, 0/1
+# specialization, ``(-s0) % 8``) decide which entry serves a call: a wrong one shows here.
+# ===========================================================================
+
+HEAD_DIM = 4
+
+
+@target(
+    category="symbolic sizes",
+    args=x_only,
+    shapes=((2, 3, 8), (1, 3, 8), (4, 5, 16), (3, 0, 8), (2, 1, 8), (2, 6, 24)),
+    # not on the inductor until its symbolic divisors compile (a strict xfail:
+    # test_dynamic_soundness.py::test_inductor_divides_indices_by_a_symbolic_size)
+    inductor=False,
+)
+def heads_view(x):
+    """Heads split off the last dimension (``h = c // d``), attention over ``t``, merged back;
+    sizes returned as Python ints."""
+    b, t, c = x.shape
+    h = c // HEAD_DIM
+    q = x.reshape(b, t, h, HEAD_DIM).transpose(1, 2)
+    scores = (q @ q.transpose(-1, -2) / math.sqrt(HEAD_DIM)).softmax(-1)
+    merged = (scores @ q).transpose(1, 2).reshape(b, t, c)
+    return merged * len(x), x.contiguous().view(b, t * c).sum(-1), h * t
+
+
+@target(
+    category="symbolic sizes",
+    args=x_only,
+    shapes=((5, 3), (2, 3), (1, 3), (0, 3), (8, 2), (6, 4), (3, 1)),
+    inductor=True,
+)
+def size_branches(x):
+    """Branches and loops on sizes, ``arange`` and slices by sizes."""
+    n = x.shape[0]
+    if n > 4:
+        y = x[: n // 2] * 2
+    elif n >= 2:
+        y = x.flip(0)
+    else:
+        y = x + 1
+    for i in range(x.size(1)):
+        y = y + i * n
+    return y, torch.arange(n) * 2, n * 2, len(x), x[n // 3 :].sum(0)
+
+
+@target(
+    category="symbolic sizes",
+    args=x_only,
+    shapes=((2, 8), (2, 5), (3, 13), (1, 16), (0, 7), (2, 1)),
+    inductor=True,
+)
+def pad_to_multiple(x):
+    """Pads the last dimension to a multiple of 8 (``(-n) % 8``) and sums blocks of 8."""
+    n = x.shape[-1]
+    pad = (-n) % 8
+    y = torch.nn.functional.pad(x, (0, pad))
+    blocks = y.reshape(x.shape[0], (n + pad) // 8, 8).sum(-1)
+    half = torch.cat([x, x[..., : n // 2].flip(-1)], -1)
+    return blocks, half, pad, y.shape[-1] % 8 == 0
+
+
+def rows_pair(spec, gen, shape):
+    """``x`` of ``(n, m)``, ``y`` of ``(k, m)``: ``k`` is 1, ``n`` or neither."""
+    n, m, k = shape
+    return rand(spec, gen, n, m), rand(spec, gen, k, m)
+
+
+@target(
+    category="symbolic sizes",
+    args=rows_pair,
+    shapes=((3, 4, 1), (3, 4, 3), (1, 4, 1), (5, 2, 5), (5, 2, 1), (4, 3, 2), (0, 3, 1)),
+)
+def broadcast_pair(x, y):
+    """Size 1 broadcasts, size n matches, anything else takes another branch: a graph for
+    ``k == n`` (one symbol for both) must not serve ``k != n``."""
+    both = torch.cat([x, y * 2])
+    if y.shape[0] in (1, x.shape[0]):
+        z = x + y
+    else:
+        z = x - y.mean(0)
+    return z, both, y[:1].expand(x.shape[0], -1) * 3, x.shape[0] * y.shape[0]
+
+
+@target(
+    category="symbolic sizes",
+    args=x_only,
+    shapes=((6, 2), (7, 2), (2, 2), (1, 2), (0, 2), (9, 3), (4, 3)),
+)
+def split_pieces(x):
+    """``split(3)`` gives ``ceil(n / 3)`` pieces: the number of outputs depends on a size."""
+    pieces = x.split(3)
+    parts = [p.sum(0) * i for i, p in enumerate(pieces)]
+    padded = torch.cat([x, x.new_zeros(x.shape[0] % 3, x.shape[1])])
+    return parts, padded, len(pieces), x.new_ones(x.shape[0] * 2, 1) + x.sum()
+
+
+@target(
+    category="symbolic sizes",
+    args=x_only,
+    shapes=((2, 5, 4), (1, 5, 4), (2, 12, 4), (3, 1, 4), (2, 0, 4), (1, 7, 4)),
+    knobs=(attr_knob("window", 3, 1, 5),),
+)
+class PositionalNet(nn.Module):
+    """A positional table sliced by the sequence length (a parameter: never dynamic) and a
+    sliding window of ``min(window, t)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(12, 4))
+        self.window = 3
+
+    def forward(self, x):
+        t = x.shape[1]
+        h = x + self.pos[:t]
+        if t >= 2:
+            local = h.unfold(1, min(self.window, t), 1).mean(-1)
+        else:
+            local = h * 2
+        return h.cumsum(1), local
+
+
+@target(
+    category="symbolic sizes",
+    args=x_only,
+    shapes=((4, 3), (5, 3), (1, 3), (0, 3), (2, 3), (7, 2)),
+    grad=False,
+    layouts=WRITABLE,
+    alias=("transposed",),
+)
+def size_slice_views(x):
+    """Writes a slice of the input at an offset that is a size (``n // 2`` rows in) and returns
+    views of it: their offsets and the aliasing are symbolic."""
+    n = x.shape[0]
+    head, tail = x[: n // 2], x[n // 2 :]
+    tail.add_(1)
+    x.narrow(0, 0, n - n // 2).mul_(2)
+    return head, tail, x[n - 1 :], x.reshape(-1)[: x.numel() // 2]
+
+
+# End of the symbolic sizes section.

@@ -14,17 +14,24 @@ after the call (values, strides, and the whole storage each one views), which
 outputs alias which inputs, globals or module state written, and gradients.
 An exception only the compiled side raises is a crash.
 
-CI runs a fixed seed (about 1,050 calls, inductor on a subset of targets).
+CI runs a fixed seed (about 1,050 calls, inductor on a subset of targets; and 200 calls
+compiled with ``dynamic=True`` on the eager backend).
 Environment variables run more:
 
     TORCHKILN_FUZZ_CALLS=10000   calls in all, shared between the backends
     TORCHKILN_FUZZ_SEED=7        another seed
+    TORCHKILN_FUZZ_DYNAMIC=true  compile with dynamic=True (none: the default, false)
+
+Every mode also marks inputs now and then (``torchkiln.mark_dynamic`` with bounds,
+``maybe_mark_dynamic``, ``mark_static``); CI runs ``dynamic=True`` on the eager backend too,
+where symbolic guards (``s0 >= 2``, ``s0 > 4``, sizes of two inputs equal) decide reuse.
 
 As a script it prints a table (calls, wrong results, crashes, compiles,
 recompiles per backend) and every finding::
 
     python tests/core/soundness/test_guard_fuzz.py --calls 10000 --seed 3
     python tests/core/soundness/test_guard_fuzz.py --backend eager --target global_reader
+    python tests/core/soundness/test_guard_fuzz.py --dynamic true --target "symbolic sizes"
 """
 
 from __future__ import annotations
@@ -48,12 +55,16 @@ from typing import Any
 
 import pytest
 import torch
-from fuzz_targets import TARGETS, Env, Program, Target, mutate
+from fuzz_targets import TARGETS, Env, Program, Target, apply_mark, mutate
 from torch import nn
 
 import torchkiln
 
 BACKENDS = ("eager", "aot_eager", "inductor")
+#: ``dynamic=`` of ``torchkiln.compile`` by name (``--dynamic``, ``TORCHKILN_FUZZ_DYNAMIC``).
+DYNAMIC = {"none": None, "true": True, "false": False}
+#: Calls of the CI run with ``dynamic=True`` (eager backend): about 15 s, run beside the inductor's.
+CI_DYNAMIC_CALLS = 200
 #: Share of the calls each backend gets; inductor compiles C++ and runs on a subset of targets.
 SHARE = {"eager": 0.45, "aot_eager": 0.33, "inductor": 0.22}
 CI_CALLS = 1050
@@ -428,6 +439,9 @@ def one_call(prog: Program, env: Env, seed: int) -> tuple[list[str], bool]:
     args_e = make(
         prog.spec, torch.Generator().manual_seed(seed), prog.target.shapes[prog.spec.shape]
     )
+    marked = apply_mark(prog.spec.mark, args_c)  # eager's twin has no use for marks
+    if marked:
+        prog.history[-1] += f" | {marked}"
     for compiled_side in (True, False):
         for p in (params_owner(prog, compiled_side) or nn.Module()).parameters():
             p.grad = None
@@ -460,6 +474,7 @@ def thread_calls(jobs: list[tuple[Program, int]], env: Env) -> list[tuple[list[s
         try:
             args_c = prog.target.args(prog.spec, torch.Generator().manual_seed(seed), shape)
             args_e = prog.target.args(prog.spec, torch.Generator().manual_seed(seed), shape)
+            apply_mark(prog.spec.mark, args_c)
             barrier.wait()
             c = call_side(prog, prog.compiled, args_c, env)
             e = call_side(prog, prog.eager, args_e, env)
@@ -496,6 +511,7 @@ def thread_calls(jobs: list[tuple[Program, int]], env: Env) -> list[tuple[list[s
 @dataclasses.dataclass
 class Finding:
     kind: str  # "wrong" or "crash"
+    dynamic: str  # a key of DYNAMIC
     target: str
     category: str
     backend: str
@@ -509,19 +525,21 @@ class Finding:
         first = (
             re.sub(r"[-+]?\d[\d.e+-]*", "N", self.details[0].split(":")[0]) if self.details else ""
         )
-        return self.backend, self.category, self.target, self.kind, first
+        return self.backend, self.dynamic, self.category, self.target, self.kind, first
 
 
 @dataclasses.dataclass
 class Report:
     backend: str
     seed: int
+    dynamic: str = "none"  # a key of DYNAMIC
     calls: int = 0
     wrong: int = 0
     crashes: int = 0
     compiles: int = 0
     recompiles: int = 0
     eager_fallbacks: int = 0
+    per_size: int = 0  # graphs with symbolic sizes a backend compiled once per size instead
     seconds: float = 0.0
     findings: list[Finding] = dataclasses.field(default_factory=list)
 
@@ -535,24 +553,30 @@ def backend_name(backend: Any) -> str:
 
 
 def fuzz(
-    backend: Any, calls: int, seed: int, only: tuple[str, ...] = (), quiet: bool = True
+    backend: Any,
+    calls: int,
+    seed: int,
+    only: tuple[str, ...] = (),
+    quiet: bool = True,
+    dynamic: str = "none",
 ) -> Report:
     """``calls`` calls of randomly chosen targets compiled with ``backend``; every difference from eager recorded.
 
-    ``quiet`` silences the logs and warnings that would bury the findings.
+    ``quiet`` silences the logs and warnings that would bury the findings; ``dynamic`` (a key of
+    DYNAMIC) is passed to ``torchkiln.compile``. ``only`` names targets or categories.
     """
     name = backend_name(backend)
     if only:
-        targets = [t for t in TARGETS if t.name in only]
-        unknown = set(only) - {t.name for t in targets}
+        targets = [t for t in TARGETS if t.name in only or t.category in only]
+        unknown = set(only) - {t.name for t in targets} - {t.category for t in targets}
         if unknown:
             raise ValueError(
                 f"unknown targets {sorted(unknown)}; targets: {[t.name for t in TARGETS]}"
             )
     else:
         targets = [t for t in TARGETS if t.inductor or name != "inductor"]
-    rng = random.Random(f"{seed}:{name}")
-    report = Report(name, seed)
+    rng = random.Random(f"{seed}:{name}" + ("" if dynamic == "none" else f":{dynamic}"))
+    report = Report(name, seed, dynamic)
     start = time.perf_counter()
     with quieted() if quiet else contextlib.nullcontext():
         try:
@@ -593,7 +617,9 @@ class Epoch:
 
     def program(self, target: Target) -> Program:
         if target.name not in self.programs:
-            self.programs[target.name] = Program.build(target, self.backend, self.report.seed)
+            self.programs[target.name] = Program.build(
+                target, self.backend, self.report.seed, DYNAMIC[self.report.dynamic]
+            )
         return self.programs[target.name]
 
     def run(self, until: int) -> None:
@@ -606,6 +632,7 @@ class Epoch:
             report.compiles += counters["frames"]["total"]
             report.recompiles += counters["recompiles"]["total"]
             report.eager_fallbacks += sum(counters["eager_fallback"].values())
+            report.per_size += counters["static_shapes"]["specializations"]
             torchkiln.reset()
 
     def step(self) -> None:
@@ -645,6 +672,7 @@ class Epoch:
             self.report.findings.append(
                 Finding(
                     "crash" if crashed else "wrong",
+                    self.report.dynamic,
                     p.target.name,
                     p.target.category,
                     self.report.backend,
@@ -660,23 +688,27 @@ class Epoch:
 def table(reports: list[Report]) -> str:
     head = (
         "backend",
+        "dynamic",
         "calls",
         "wrong",
         "crashes",
         "compiles",
         "recompiles",
         "eager fallbacks",
+        "per-size compiles",
         "seconds",
     )
     rows = [
         (
             r.backend,
+            r.dynamic,
             r.calls,
             r.wrong,
             r.crashes,
             r.compiles,
             r.recompiles,
             r.eager_fallbacks,
+            r.per_size,
             f"{r.seconds:.1f}",
         )
         for r in reports
@@ -694,13 +726,14 @@ def summary(reports: list[Report]) -> str:
         for f in r.findings:
             groups[f.signature()].append(f)
     lines = [table(reports), ""]
-    for (backend, category, target, kind, _), found in sorted(groups.items()):
+    for (backend, dynamic, category, target, kind, _), found in sorted(groups.items()):
         first = found[0]
         calls = ", ".join(str(f.call) for f in found[:40]) + (" ..." if len(found) > 40 else "")
         threaded = sum(f.threads > 0 for f in found)
         threaded = f" ({threaded} from threads)" if threaded else ""
         lines.append(
-            f"[{kind}] {category} / {target} / backend {backend}: {len(found)} call(s){threaded}: {calls}"
+            f"[{kind}] {category} / {target} / backend {backend}, dynamic={dynamic}: "
+            f"{len(found)} call(s){threaded}: {calls}"
         )
         lines.append(f"  seed {first.seed}, call {first.call}; mutations before it (latest last):")
         lines += [f"    {h}" for h in first.history]
@@ -720,8 +753,19 @@ def calls_for(backend: str) -> int:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_guard_fuzz(backend):
     """Zero wrong results and zero crashes; on failure every finding is listed."""
-    report = fuzz(backend, calls_for(backend), int(os.environ.get("TORCHKILN_FUZZ_SEED", CI_SEED)))
+    seed = int(os.environ.get("TORCHKILN_FUZZ_SEED", CI_SEED))
+    dynamic = os.environ.get("TORCHKILN_FUZZ_DYNAMIC", "none")
+    report = fuzz(backend, calls_for(backend), seed, dynamic=dynamic)
     assert report.calls >= calls_for(backend)
+    if report.findings:
+        pytest.fail(summary([report]), pytrace=False)
+
+
+def test_guard_fuzz_dynamic_true():
+    """``dynamic=True``: every size symbolic from the first call, so symbolic guards (bounds,
+    relations between sizes, 0/1 specialization) alone decide which entry serves a call."""
+    report = fuzz("eager", CI_DYNAMIC_CALLS, CI_SEED, dynamic="true")
+    assert report.calls >= CI_DYNAMIC_CALLS
     if report.findings:
         pytest.fail(summary([report]), pytrace=False)
 
@@ -751,7 +795,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backend", action="append", choices=BACKENDS, help="repeatable; default all"
     )
-    parser.add_argument("--target", action="append", help="only these targets (repeatable)")
+    parser.add_argument(
+        "--target", action="append", help="only these targets or categories (repeatable)"
+    )
+    parser.add_argument(
+        "--dynamic",
+        choices=DYNAMIC,
+        default=os.environ.get("TORCHKILN_FUZZ_DYNAMIC", "none"),
+        help="dynamic= of torchkiln.compile (none: automatic dynamic, the default)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show torchkiln's warnings")
     args = parser.parse_args(argv)
     backends = args.backend or list(BACKENDS)
@@ -764,6 +816,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seed,
             tuple(args.target or ()),
             quiet=not args.verbose,
+            dynamic=args.dynamic,
         )
         for b in backends
     ]

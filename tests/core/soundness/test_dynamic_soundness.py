@@ -1,0 +1,102 @@
+"""Soundness under symbolic sizes: ``dynamic=True``, automatic dynamic and ``mark_dynamic`` bounds.
+
+Where a size is symbolic, guards over sizes (bounds, ``s0 > 4``, ``Eq(s0, s1)``, 0/1
+specialization) alone decide which entry serves a call; a missing or wrong one returns a
+stale answer. Every call here is compared with eager. The guard fuzz runs the same
+(``TORCHKILN_FUZZ_DYNAMIC=true``, its "symbolic sizes" targets); these are its deterministic
+cases.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchkiln
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    torchkiln.reset()
+    yield
+    torchkiln.reset()
+
+
+def frames() -> int:
+    return torchkiln.counters["frames"]["total"]
+
+
+def above_four(x):
+    """Within bounds ``[5, 8]`` the ShapeEnv proves ``n > 4`` without a guard: only the bounds
+    guards keep a smaller input from this entry."""
+    if x.shape[0] > 4:
+        return x * 2
+    return x * 3
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("dynamic", [None, True, False])
+def test_sizes_outside_mark_dynamic_bounds_recompile(backend, dynamic):
+    """As torch.compile: a size outside the bounds of the entry a marked input compiled fails
+    its guards (torchkiln documents a recompile); a size inside reuses it."""
+    compiled = torchkiln.compile(above_four, backend=backend, dynamic=dynamic)
+    x = torch.randn(6, 3)
+    torchkiln.mark_dynamic(x, 0, min=5, max=8)
+    torch.testing.assert_close(compiled(x), above_four(x))
+    for n in (8, 5):  # in bounds: the bounded entry
+        y = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(y), above_four(y))
+    assert frames() == 1
+    for n in (3, 9, 2, 1, 0, 4, 7):  # out of bounds, then back in
+        y = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(y), above_four(y))
+    assert frames() > 1
+
+
+def test_mark_static_input_then_marked_dynamic():
+    """An input marked static, then the same dimension marked dynamic on later inputs: the
+    static entry serves its size only."""
+    compiled = torchkiln.compile(above_four, backend="eager", dynamic=False)
+    for n, mark in [(3, "static"), (6, "dynamic"), (3, None), (7, None), (4, "dynamic")]:
+        y = torch.randn(n, 2)
+        if mark == "static":
+            torchkiln.mark_static(y, 0)
+        elif mark == "dynamic":
+            torchkiln.mark_dynamic(y, 0, min=2, max=8)
+        torch.testing.assert_close(compiled(y), above_four(y))
+
+
+def split_rows(x):
+    """A view whose size is a quotient of a symbolic size (``x.view(b, t, h, d)`` with
+    ``h = c // d``, the heads of attention), computed on."""
+    return x.reshape(x.shape[0] // 4, 4) * 2
+
+
+def conv(x, w):
+    """Its output's size ``h - k + 3`` (``k`` the filter's symbolic size) divides indices."""
+    return torch.nn.functional.conv2d(x, w, padding=1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=torchkiln.exc.BackendCompilerFailed,
+    reason="plugins/inductor/indexing.py: `Expr._split` raises ValueError('index divisor must "
+    "be positive') for a symbolic divisor (s0//4, s1 - s2 + 3) that the symbols' ranges "
+    "(>= 2) don't prove positive, though the ShapeEnv's guards do; it should raise "
+    "SymbolicUnsupported (a NeedsStaticShapes) so the graph compiles per size. Found by the "
+    "guard fuzz (heads_view, conv_pointwise; dynamic=True, inductor)",
+)
+@pytest.mark.parametrize(
+    "fn, sizes",
+    [
+        (split_rows, [(8,), (12,), (4,)]),
+        (conv, [((2, 3, 5, 5), (4, 3, 3, 3)), ((3, 3, 6, 4), (4, 3, 3, 3))]),
+    ],
+    ids=["view_by_a_quotient", "conv2d"],
+)
+def test_inductor_divides_indices_by_a_symbolic_size(fn, sizes, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    compiled = torchkiln.compile(fn, backend="inductor", dynamic=True)
+    for shapes in sizes:
+        args = [torch.randn(s) for s in (shapes if isinstance(shapes[0], tuple) else [shapes])]
+        torch.testing.assert_close(compiled(*args), fn(*args))
