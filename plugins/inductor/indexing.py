@@ -189,7 +189,9 @@ class Expr:
     def _split(self, d: Size) -> tuple[Expr, Expr | None]:
         """``self == d*q + r`` with ``q`` exact; ``r`` holds what ``d`` does not divide."""
         if not known_positive_divisor(d):
-            raise ValueError(f"index divisor must be positive, got {d}")
+            if all_static((d,)):
+                raise ValueError(f"index divisor must be positive, got {d}")
+            raise SymbolicUnsupported(f"an index divides by {d}, not proved positive")
         q_terms, r_terms = {}, {}
         for atom, coeff in self.terms:
             if divides(d, coeff):

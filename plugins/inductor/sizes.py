@@ -207,8 +207,12 @@ def known_positive_divisor(value: Size) -> bool:
     """Whether ``value >= 1`` for every size in range where an index divides by it: an
     unbacked size may be 0, but an index divides only by the sizes of loops around it, and
     loops over an empty size run no iteration (torch's inductor reasons "size-obliviously"
-    the same way)."""
-    return known_nonnegative(value - 1, nonempty=True)
+    the same way). The ShapeEnv's facts prove what ranges can't (``s0 // 4`` of an ``s0``
+    guarded divisible by 4)."""
+    if known_nonnegative(value - 1, nonempty=True):
+        return True
+    env = _facts().shape_env
+    return env is not None and bool(env._maybe_evaluate_static(sympy.Ge(value, 1)))
 
 
 def known_less(a: Size, b: Size) -> bool:

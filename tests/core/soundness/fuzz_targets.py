@@ -2204,9 +2204,7 @@ HEAD_DIM = 4
     category="symbolic sizes",
     args=x_only,
     shapes=((2, 3, 8), (1, 3, 8), (4, 5, 16), (3, 0, 8), (2, 1, 8), (2, 6, 24)),
-    # not on the inductor until its symbolic divisors compile (a strict xfail:
-    # test_dynamic_soundness.py::test_inductor_divides_indices_by_a_symbolic_size)
-    inductor=False,
+    inductor=True,
 )
 def heads_view(x):
     """Heads split off the last dimension (``h = c // d``), attention over ``t``, merged back;

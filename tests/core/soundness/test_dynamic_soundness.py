@@ -77,15 +77,6 @@ def conv(x, w):
     return torch.nn.functional.conv2d(x, w, padding=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=torchkiln.exc.BackendCompilerFailed,
-    reason="plugins/inductor/indexing.py: `Expr._split` raises ValueError('index divisor must "
-    "be positive') for a symbolic divisor (s0//4, s1 - s2 + 3) that the symbols' ranges "
-    "(>= 2) don't prove positive, though the ShapeEnv's guards do; it should raise "
-    "SymbolicUnsupported (a NeedsStaticShapes) so the graph compiles per size. Found by the "
-    "guard fuzz (heads_view, conv_pointwise; dynamic=True, inductor)",
-)
 @pytest.mark.parametrize(
     "fn, sizes",
     [
@@ -95,6 +86,9 @@ def conv(x, w):
     ids=["view_by_a_quotient", "conv2d"],
 )
 def test_inductor_divides_indices_by_a_symbolic_size(fn, sizes, tmp_path, monkeypatch):
+    """A divisor the ranges of sizes don't prove positive: the ShapeEnv's facts do
+    (``s0 // 4`` of an ``s0`` divisible by 4), or the graph compiles per size (the guard
+    fuzz found the inductor raising 'index divisor must be positive')."""
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
     compiled = torchkiln.compile(fn, backend="inductor", dynamic=True)
     for shapes in sizes:
