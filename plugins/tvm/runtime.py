@@ -11,7 +11,9 @@ On CUDA the VM's kernels run on torch's current stream, as the torch kernels it 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import torch
 import tvm_ffi
@@ -58,7 +60,7 @@ class TVMGraph:
             for k, v in enumerate(values)
             if not v.is_contiguous() and is_non_overlapping_and_dense_or_false(v)
         }
-        self.main = relax.VirtualMachine(executable, tvm_device(device))["main"]
+        self._local = threading.local()
         self.index_checks = index_checks
         self.cuda = device.type == "cuda"
         self.tvm_device = tvm_device(device)
@@ -74,7 +76,8 @@ class TVMGraph:
 
     def _run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         tensors = [self._on_device(k, a) for k, a in enumerate(args)]
-        outputs = [torch.from_dlpack(t) for t in self.main(*map(tvm.runtime.from_dlpack, tensors))]
+        main = self.main()
+        outputs = [torch.from_dlpack(t) for t in main(*map(tvm.runtime.from_dlpack, tensors))]
         # and those Relax's simplifications made an input as it is (``x * 1.0``), or a
         # reshape of one (the VM's reshape is a view): they start at an input's address
         starts = {t.data_ptr() for t in tensors if t.numel()}
@@ -86,6 +89,15 @@ class TVMGraph:
             fresh = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
             outputs[k] = fresh.copy_(out)
         return outputs
+
+    def main(self) -> Any:
+        """This thread's VM's ``main``: a VM runs one call at a time (its register frames are
+        its own; two threads in one VM crashed, ``reg < frame->register_file.size()``)."""
+        main = getattr(self._local, "main", None)
+        if main is None:
+            vm = relax.VirtualMachine(self.executable, tvm_device(self.device))
+            main = self._local.main = vm["main"]
+        return main
 
     def _on_device(self, k: int, arg: torch.Tensor) -> torch.Tensor:
         """Input ``k`` contiguous on the graph's device (a 0-dim CPU tensor is moved there)."""

@@ -59,12 +59,16 @@ from fuzz_targets import TARGETS, Env, Program, Target, apply_mark, mutate
 from torch import nn
 
 import torchkiln
+from torchkiln.registry import backend_status, lookup_backend
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 #: ``dynamic=`` of ``torchkiln.compile`` by name (``--dynamic``, ``TORCHKILN_FUZZ_DYNAMIC``).
 DYNAMIC = {"none": None, "true": True, "false": False}
 #: Calls of the CI run with ``dynamic=True`` (eager backend): about 15 s, run beside the inductor's.
 CI_DYNAMIC_CALLS = 200
+#: Calls of the backends that run graphs in another runtime (each compile converts and builds
+#: a model: fewer), over the inductor's targets, at CI's call count.
+OTHER_BACKENDS = {"onnxrt": 120, "openvino": 120, "tvm": 60}
 #: Share of the calls each backend gets; inductor compiles C++ and runs on a subset of targets.
 SHARE = {"eager": 0.45, "aot_eager": 0.33, "inductor": 0.22}
 CI_CALLS = 1050
@@ -757,6 +761,23 @@ def test_guard_fuzz(backend):
     dynamic = os.environ.get("TORCHKILN_FUZZ_DYNAMIC", "none")
     report = fuzz(backend, calls_for(backend), seed, dynamic=dynamic)
     assert report.calls >= calls_for(backend)
+    if report.findings:
+        pytest.fail(summary([report]), pytrace=False)
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_guard_fuzz_other_backends(backend):
+    """The backends that hand graphs to another runtime, over the inductor's targets: their
+    layouts, aliasing and precision against eager's (the fuzz found an output strided, one
+    an input, float64 computed in float32, a mode's effect applied twice)."""
+    status = backend_status(lookup_backend(backend))
+    if not status.usable:
+        pytest.skip(status.reason)
+    scale = int(os.environ.get("TORCHKILN_FUZZ_CALLS", CI_CALLS)) / CI_CALLS
+    calls = round(OTHER_BACKENDS[backend] * scale)
+    only = tuple(t.name for t in TARGETS if t.inductor)
+    report = fuzz(backend, calls, int(os.environ.get("TORCHKILN_FUZZ_SEED", CI_SEED)), only=only)
+    assert report.calls >= calls
     if report.findings:
         pytest.fail(summary([report]), pytrace=False)
 

@@ -106,3 +106,32 @@ def test_an_output_relax_simplified_to_an_input_is_a_copy():
         flat.add_(1)
         torch.testing.assert_close(scaled, x + 1)
         assert not torch.equal(scaled, x)
+
+
+def test_threads_call_one_graph_at_once():
+    """A Relax VM runs one call at a time: each thread gets its own (one shared VM crashed,
+    'reg < frame->register_file.size()', when the guard fuzz called it from 8 threads)."""
+    import threading
+
+    def fn(x):
+        return (x.sin() * 2).sum(0), x.cos()
+
+    compiled = torchkiln.compile(fn, backend="tvm")
+    compiled(torch.randn(64, 32))
+    errors, barrier = [], threading.Barrier(8)
+
+    def worker():
+        try:
+            barrier.wait()
+            for _ in range(20):
+                x = torch.randn(64, 32)
+                torch.testing.assert_close(compiled(x), fn(x))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
