@@ -649,7 +649,8 @@ class Translator:
 
     def _unary(self, fn: Any) -> None:
         value = self.pop()
-        if isinstance(value, V.TensorVariable):
+        symbolic_number = isinstance(value, V.SymNodeVariable) and fn is not operator.invert
+        if isinstance(value, V.TensorVariable) or symbolic_number:  # ``-n`` stays symbolic
             self.push(self.output.call_op("call_function", fn, [value], {}))
         elif value.is_constant():
             self.push(fold(fn, value.as_python_constant()))

@@ -281,3 +281,18 @@ def test_backend_that_needs_static_shapes_for_a_graph_gets_it_per_size(caplog):
     assert frames() == 1
     assert torchkiln.counters["static_shapes"]["specializations"] == 3  # sizes 3, 5 and 8
     assert "once per concrete size: this backend needs concrete sizes" in caplog.text
+
+
+def test_a_negated_size_stays_symbolic():
+    """``-n`` of a symbolic size is a graph op, as ``n + 1`` is (it broke the graph and
+    specialized every size: six frames for three sizes)."""
+
+    def fn(x):
+        n = x.shape[0]
+        return x * -n + (+n), torch.arange(-n, 0)
+
+    compiled = torchkiln.compile(fn, backend="eager", dynamic=True)
+    for size in (3, 5, 7):
+        x = torch.randn(size)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert frames() == 1
