@@ -23,10 +23,20 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable
 
+import torch
 import torch.fx as fx
 
 from torchkiln.aot.recompute import is_recomputable, saved_bytes
 from torchkiln.effects import is_effect
+
+#: Ops that read only a tensor's metadata: a symbolic size the backward needs is saved as
+#: the size, not as the tensor.
+_SIZE_QUERIES = (
+    torch.ops.aten.sym_size.int,
+    torch.ops.aten.sym_stride.int,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_storage_offset.default,
+)
 
 
 def _ancestors(outputs: Iterable[fx.Node], stop: set[fx.Node]) -> set[fx.Node]:
@@ -138,14 +148,22 @@ def simple_partition(
     """Save every value the forward computes that the backward reads; recompute nothing.
 
     The forward computes what its outputs need (and every element of a
-    multi-output op it runs, since a tuple cannot be saved whole); everything
+    multi-output op it runs, since a tuple cannot be saved whole, and the
+    sizes the backward asks of its tensors: saving a tensor for its size
+    would keep it alive, and one that views an output would make the
+    user's in-place write of that output an error in backward); everything
     else, including tangent-free ops autograd placed in backward, runs in
     backward.
     """
     fw_outs, bw_outs = _split_outputs(joint_gm, num_fwd_outputs)
     primals = {n for n in joint_gm.graph.nodes if n.op == "placeholder" and not _is_tangent(n)}
     forward = _ancestors(fw_outs, stop=set()) | primals
-    forward |= {u for n in forward for u in n.users if u.target is operator.getitem}
+    forward |= {
+        u
+        for n in forward
+        for u in n.users
+        if u.target is operator.getitem or u.target in _SIZE_QUERIES
+    }
     backward = _ancestors(bw_outs, stop=forward) - forward
     saved = {n for n in forward if any(u in backward for u in n.users)}
     saved |= {n for n in bw_outs if n in forward}

@@ -188,3 +188,34 @@ def test_min_cut_saves_bfloat16_values_rather_than_their_float32_upcasts() -> No
     large = [n for n in saved_values(bw_gm) if n.meta["val"].numel() > 16]
     assert large and all(n.meta["val"].dtype == torch.bfloat16 for n in large)
     torch.testing.assert_close(grads, expected, rtol=2e-2, atol=2e-2)
+
+
+def test_simple_partition_saves_a_size_not_the_tensor_it_is_read_from() -> None:
+    """The guard fuzz's finding: with a symbolic batch size, ``h[:, :2]``'s backward needs
+    the size of a view of the output ``h``; saving that view made the user's later
+    ``h.add_()`` an error in backward ("a view was created in no_grad mode ...")."""
+    import zlib
+
+    import torchkiln
+
+    def fn(x, w):
+        h = x @ w
+        head = h[:, :2]
+        zlib.crc32(b"break")
+        head.mul_(2.0)
+        h.add_(x.sum(-1, keepdim=True))
+        return h.tanh(), head
+
+    torchkiln.reset()
+    compiled = torchkiln.compile(fn, backend="aot_eager")
+    for rows in (2, 4, 5):  # the third call runs the graph compiled with a symbolic size
+        x, w = torch.randn(rows, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
+        got = compiled(x, w)
+        grads = torch.autograd.grad(sum(o.sum() for o in got), (x, w))
+        x2, w2 = (t.detach().requires_grad_() for t in (x, w))
+        expected = fn(x2, w2)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(
+            grads, torch.autograd.grad(sum(o.sum() for o in expected), (x2, w2))
+        )
+    torchkiln.reset()
