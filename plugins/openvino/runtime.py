@@ -44,6 +44,9 @@ ELEMENT_TYPES = {
     torch.bool: ov.Type.boolean,
 }
 
+#: OpenVINO element types and the torch dtypes they share memory layouts with.
+DTYPES = {ov_type: dtype for dtype, ov_type in ELEMENT_TYPES.items()}
+
 
 def element_type(dtype: torch.dtype) -> ov.Type:
     if dtype not in ELEMENT_TYPES:
@@ -275,6 +278,8 @@ class OpenVINOGraph:
         self.viewed = [
             i for i in sorted(channels_last) if i not in self.passthrough and i not in self.copied
         ]
+        #: per model input, the dtype it was compiled for (booleans are taken as bytes)
+        self.input_dtypes = [DTYPES[port.get_element_type()] for port in compiled.inputs]
         self._local = threading.local()
 
     def request(self) -> ov.InferRequest:
@@ -305,9 +310,13 @@ class OpenVINOGraph:
                     f"the openvino backend runs on host memory; input {i} is on {arg.device}"
                 )
             source = arg.permute(NHWC) if i in nhwc else arg
-            if not source.is_contiguous():  # copied into a buffer of its own, bound once
+            dtype = self.input_dtypes[i]
+            # copied into a buffer of its own, bound once: a non-contiguous input, and one
+            # torch computed in another dtype than its meta says (a CPU layer norm of float16
+            # with float32 weights gives float32 statistics, its meta float16)
+            if not source.is_contiguous() or (source.dtype != dtype and arg.dtype != torch.bool):
                 if staged[i] is None:
-                    staged[i] = torch.empty(source.shape, dtype=source.dtype)
+                    staged[i] = torch.empty(source.shape, dtype=dtype)
                 source = staged[i].copy_(source)
             # OpenVINO reads the memory at the bound address when it runs, and shapes and
             # dtypes are static: an input at that address needs no new binding

@@ -57,6 +57,26 @@ def test_training_steps_match_eager():
         torch.testing.assert_close(list(model.parameters()), list(twin.parameters()), **F32)
 
 
+def test_statistics_torch_computes_in_another_dtype_than_its_meta_are_taken():
+    """The guard fuzz's finding: under float16 autocast torch's CPU layer norm of float16
+    activations with float32 weights gives float32 mean and rstd, its meta float16; the
+    backward model, compiled for float16 inputs, refused them (OpenVINO ParameterMismatch)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 6, bias=False), nn.BatchNorm1d(6), nn.LayerNorm(6)).eval()
+    twin = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend="openvino")
+    # weighted: a sum of squares of a layer norm's output is constant, its gradients noise
+    x, weights = torch.randn(8, 3), torch.randn(8, 6)
+    grads = []
+    for forward in (compiled, twin):
+        inputs = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = forward(inputs)
+        (out.float() * weights).sum().backward()
+        grads.append([inputs.grad, *(p.grad for p in forward.parameters())])
+    torch.testing.assert_close(grads[0], grads[1], rtol=2e-3, atol=2e-3)
+
+
 def test_an_output_returned_twice_comes_back_as_an_alias():
     """The frontend fails on a graph returning one value twice (a softmax saved through an
     alias): it converts it once, and the runtime aliases the repeat."""
