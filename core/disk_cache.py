@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.utils._pytree as pytree
 
 from torchkiln import cache_remote, cache_trust
 from torchkiln.cache_seal import Unsigned, seal, unseal
@@ -204,12 +205,20 @@ def stable_name(fn: object) -> str:
     raise Uncacheable(f"{fn!r} has no importable name")
 
 
+#: The type of pytree's leaf specs, stored by name (``_Pickler``); ``None`` where torch
+#: has no ``treespec_leaf`` to make one (older releases, which unpickle them without warning).
+_LEAF_SPEC_TYPE = type(pytree.treespec_leaf()) if hasattr(pytree, "treespec_leaf") else None
+
+
 class _Pickler(pickle.Pickler):
     """Stores ``torch.ops`` overloads and overload packets (``torch.ops.aten.add``, what a
     call of ``torch.ops.<namespace>.<op>(...)`` captures) by name: they are not picklable
-    themselves."""
+    themselves. Stores pytree leaf specs by name too: unpickled, a ``LeafSpec`` is made
+    through its deprecated constructor, a FutureWarning on every cache load (torch 2.13)."""
 
     def persistent_id(self, obj: object) -> tuple[str, str, str] | None:
+        if type(obj) is _LEAF_SPEC_TYPE:
+            return ("leaf_spec", "", "")
         if isinstance(obj, torch._ops.OpOverload):
             return ("op", obj.namespace, f"{obj._opname}.{obj._overloadname}")
         if isinstance(obj, torch._ops.OpOverloadPacket):
@@ -220,7 +229,9 @@ class _Pickler(pickle.Pickler):
 
 class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid: tuple[str, str, str]) -> object:
-        _, namespace, path = pid
+        kind, namespace, path = pid
+        if kind == "leaf_spec":
+            return pytree.treespec_leaf()
         name, _, overload = path.partition(".")
         packet = getattr(getattr(torch.ops, namespace), name)
         return getattr(packet, overload) if overload else packet
