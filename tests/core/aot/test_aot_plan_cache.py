@@ -122,6 +122,7 @@ def test_key_names_what_tracing_depends_on() -> None:
 def test_key_ignores_decompositions_an_import_registers() -> None:
     """torch.distributed's collectives register theirs when imported: a process that
     imported it before compiling, and one that did not, share entries."""
+    import torch.distributed._functional_collectives  # registers the op below
     from torch._decomp import decomposition_table
 
     def key(table):
