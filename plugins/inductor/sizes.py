@@ -150,9 +150,13 @@ def as_size(value, nonempty: bool = False) -> Size:
 def _settle(e: sympy.Expr, nonempty: bool) -> sympy.Expr:
     """``Max(a, b)`` or ``Min(a, b)`` as the argument the ranges prove it to be (torch writes
     ``x[:, 1:]``'s size as ``Max(0, s0 - 1)``), else unchanged."""
-    wanted = 1 if isinstance(e, (sympy.Max, TorchMax)) else -1
+    is_max = isinstance(e, (sympy.Max, TorchMax))
     for a in e.args:
-        if all(known_nonnegative(wanted * (a - b), nonempty) for b in e.args if b is not a):
+        others = [b for b in e.args if b is not a]
+        if all(
+            known_at_least(a, b, nonempty) if is_max else known_at_least(b, a, nonempty)
+            for b in others
+        ):
             return a
     return e
 
@@ -207,12 +211,27 @@ def known_positive_divisor(value: Size) -> bool:
     """Whether ``value >= 1`` for every size in range where an index divides by it: an
     unbacked size may be 0, but an index divides only by the sizes of loops around it, and
     loops over an empty size run no iteration (torch's inductor reasons "size-obliviously"
-    the same way). The ShapeEnv's facts prove what ranges can't (``s0 // 4`` of an ``s0``
-    guarded divisible by 4)."""
-    if known_nonnegative(value - 1, nonempty=True):
+    the same way)."""
+    return known_at_least(value, 1, nonempty=True)
+
+
+def known_at_least(a: Size, b: Size, nonempty: bool = False) -> bool:
+    """Whether ``a >= b`` for every size in range (``nonempty``: see :func:`known_nonnegative`).
+    The ShapeEnv's facts prove what ranges can't: ``s0 // 4 >= 1`` of an ``s0`` guarded
+    divisible by 4, or of a non-negative ``s0 // 4`` guarded non-zero (as a view to
+    ``(s0 // 4, -1)`` guards it)."""
+    if known_nonnegative(a - b, nonempty):
         return True
     env = _facts().shape_env
-    return env is not None and bool(env._maybe_evaluate_static(sympy.Ge(value, 1)))
+    if env is None or all_static((a, b)):
+        return False
+    if env._maybe_evaluate_static(sympy.Ge(a, b)):
+        return True
+    return (
+        b == 1
+        and known_nonnegative(a, nonempty)
+        and bool(env._maybe_evaluate_static(sympy.Ne(a, 0)))
+    )
 
 
 def known_less(a: Size, b: Size) -> bool:

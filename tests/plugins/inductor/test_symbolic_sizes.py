@@ -192,18 +192,39 @@ def test_block_training_with_variable_length_matches_eager_gradients():
 
 
 def test_what_needs_concrete_sizes_compiles_per_size_and_says_why(caplog):
-    """A view whose stride torch writes as ``Max(1, s0 // (s0 // 2))``: no kernel prints it."""
+    """A slice starting at another dimension's size: the start may pass the end, which
+    torch clamps (an empty slice), and no one kernel's indexing says which."""
 
-    def pairs(x):
-        return x.view(x.shape[0], -1, 2).sum(1) * 2
+    def tail(x):
+        return x[:, x.shape[0] :] * 2
 
-    compiled = torchkiln.compile(pairs, dynamic=True)
+    compiled = torchkiln.compile(tail, dynamic=True)
     with caplog.at_level(logging.INFO, logger="torchkiln"):
         for n, m in [(3, 8), (5, 12), (4, 6)]:
             x = torch.randn(n, m)
-            torch.testing.assert_close(compiled(x), pairs(x))
+            torch.testing.assert_close(compiled(x), tail(x))
     assert torchkiln.counters["static_shapes"]["specializations"] == 3
     assert "compiles this graph once per concrete size" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.view(x.shape[0], -1, 2).sum(1) * 2,
+        lambda x: x.view(x.shape[0] // 4, -1) * 2,
+        lambda x: x.reshape(x.shape[0], x.shape[1] // 4, 4).transpose(1, 2).contiguous(),
+    ],
+    ids=["pairs", "quarter_rows", "split_heads"],
+)
+def test_views_to_quotients_of_sizes_compile_once(fn):
+    """Torch writes these views' sizes and strides with ``s // (s // 2)`` and
+    ``Max(1, s // 4)``, and guards the quotient non-zero: proved at least 1 from that
+    guard, one library serves every size (before, one compile per size)."""
+    compiled = torchkiln.compile(fn, dynamic=True)
+    for n, m in [(8, 8), (12, 12), (20, 16), (28, 24)]:
+        x = torch.randn(n, m)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert torchkiln.counters["static_shapes"]["specializations"] == 0
 
 
 def test_batch_norm_training_takes_its_saved_scalars_as_expressions_of_the_sizes():
