@@ -395,8 +395,11 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {first_line[:200]}"
 
 
-def compare(c: Side, e: Side, autocast: torch.dtype | None) -> tuple[list[str], bool]:
-    """The differences between the two sides, and whether the compiled side crashed."""
+def compare(
+    c: Side, e: Side, autocast: torch.dtype | None, slack: float = 1.0
+) -> tuple[list[str], bool]:
+    """The differences between the two sides, and whether the compiled side crashed;
+    ``slack``: the target's ``low_precision_slack``."""
     if c.error or e.error:
         if e.error is None:
             return [f"compiled raised {describe(c.error)}"], True
@@ -405,7 +408,7 @@ def compare(c: Side, e: Side, autocast: torch.dtype | None) -> tuple[list[str], 
         if type(c.error) is not type(e.error):
             return [f"compiled raised {describe(c.error)}; eager raised {describe(e.error)}"], True
         return [], False
-    tol = tolerance(autocast)
+    tol = tolerance(autocast, slack)
     diffs = differences(c.out, e.out, "output", tol)
     diffs += layout_differences(c.out, e.out, "output", tol, storages=False)
     diffs += differences(c.args, e.args, "input after the call", tol)
@@ -424,7 +427,7 @@ def compare(c: Side, e: Side, autocast: torch.dtype | None) -> tuple[list[str], 
             *diffs,
             f"grad: only {side}'s outputs require grad (nothing to backward on the other)",
         ], False
-    diffs += differences(c.grads, e.grads, "grad", tolerance(autocast, GRAD_SLACK))
+    diffs += differences(c.grads, e.grads, "grad", tolerance(autocast, GRAD_SLACK * slack))
     return diffs, False
 
 
@@ -461,7 +464,7 @@ def one_call(prog: Program, env: Env, seed: int) -> tuple[list[str], bool]:
         e.state = globals_.read()
     if prog.orig is not None:
         c.state, e.state = module_state(prog.orig), module_state(prog.eager)
-    return compare(c, e, env.autocast)
+    return compare(c, e, env.autocast, prog.target.low_precision_slack)
 
 
 def thread_calls(jobs: list[tuple[Program, int]], env: Env) -> list[tuple[list[str], bool]]:
@@ -484,7 +487,7 @@ def thread_calls(jobs: list[tuple[Program, int]], env: Env) -> list[tuple[list[s
             e = call_side(prog, prog.eager, args_e, env)
             backward(c, params_owner(prog, True), seed, accumulate=False)
             backward(e, params_owner(prog, False), seed, accumulate=False)
-            results[k] = compare(c, e, env.autocast)
+            results[k] = compare(c, e, env.autocast, prog.target.low_precision_slack)
         except BaseException as error:  # a bug of the harness: raised in the main thread
             barrier.abort()
             results[k] = error
