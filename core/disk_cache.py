@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.utils._pytree as pytree
 
-from torchkiln import cache_remote, cache_trust
+from torchkiln import cache_remote, cache_trust, fx_pickle
 from torchkiln.cache_seal import Unsigned, seal, unseal
 from torchkiln.cache_trust import Trust
 
@@ -214,7 +214,14 @@ class _Pickler(pickle.Pickler):
     """Stores ``torch.ops`` overloads and overload packets (``torch.ops.aten.add``, what a
     call of ``torch.ops.<namespace>.<op>(...)`` captures) by name: they are not picklable
     themselves. Stores pytree leaf specs by name too: unpickled, a ``LeafSpec`` is made
-    through its deprecated constructor, a FutureWarning on every cache load (torch 2.13)."""
+    through its deprecated constructor, a FutureWarning on every cache load (torch 2.13).
+    GraphModules pickle as their nodes (:mod:`torchkiln.fx_pickle`: torch's own pickling
+    traces them again on load, which breaks other threads' module calls)."""
+
+    def reducer_override(self, obj: object) -> object:
+        if isinstance(obj, torch.fx.GraphModule):
+            return fx_pickle.reduce(obj)
+        return NotImplemented
 
     def persistent_id(self, obj: object) -> tuple[str, str, str] | None:
         if type(obj) is _LEAF_SPEC_TYPE:

@@ -23,3 +23,25 @@ def test_leaf_specs_load_without_torchs_deprecation_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert disk_cache.loads(data) == spec
+
+
+def test_graph_modules_load_without_tracing(monkeypatch):
+    """torch's own pickling traces a GraphModule's code again on load, and fx's tracer patches
+    ``nn.Module.__call__`` for every thread meanwhile: another thread's eager module calls
+    raised "module is not installed as a submodule" (the guard fuzz's threads found it)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, w):
+        return torch.relu(x @ w).sum(0) + torch.tensor(2.0)
+
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    gm = make_fx(fn)(x, w)  # with a constant attribute (a get_attr node)
+    data = disk_cache.dumps(gm)
+
+    def no_tracing(*args, **kwargs):
+        raise AssertionError("a GraphModule was traced while it loaded")
+
+    monkeypatch.setattr(torch.fx.Tracer, "trace", no_tracing)
+    loaded = disk_cache.loads(data)
+    assert loaded.code == gm.code
+    torch.testing.assert_close(loaded(x, w), fn(x, w))
