@@ -57,6 +57,7 @@ def reduce(gm: fx.GraphModule) -> tuple:
 
 
 def load(body: dict[str, Any], nodes: list[tuple], codegen: Any, class_name: str) -> fx.GraphModule:
+    """The GraphModule :func:`reduce` pickled: its nodes added to a new graph, in order."""
     graph = fx.Graph(tracer_cls=body.get("_tracer_cls"))
     graph._codegen = codegen
     made: dict[str, fx.Node] = {}
