@@ -82,6 +82,16 @@ def _keeps_graph() -> bool:
     return torch._C._autograd._get_current_graph_task_keep_graph()
 
 
+#: cuBLAS keeps a workspace per handle (one per thread: a backward runs on autograd's) and
+#: stream for the life of the process, 32 MiB each on Hopper. Dropped before and after
+#: every warm-up and recording, as torch.compile's CUDA graphs do: a warm-up's would stay
+#: in the default pool beside the one recorded into the graph pool, and a graph must never
+#: bake in a workspace that lives outside its pool, which dropping it would free for
+#: others to reuse. A dropped recorded workspace is a freed block of the pool, reused by
+#: later recordings as any intermediate is (``pool``'s order numbers cover it).
+_clear_cublas_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)
+
+
 def _version(t: torch.Tensor) -> int | None:
     """The in-place write counter (inference-mode tensors have none)."""
     return None if t.is_inference() else t._version
@@ -214,7 +224,11 @@ class Recording:
             for i, a in enumerate(args)
             if isinstance(a, torch.Tensor)
         }
-        outputs = self.runner.run_boxed(args)
+        _clear_cublas_workspaces()
+        try:
+            outputs = self.runner.run_boxed(args)
+        finally:
+            _clear_cublas_workspaces()
         self.mutated = set()
         for i, (ref, version) in versions.items():
             arg = ref()
@@ -272,6 +286,7 @@ class Recording:
         graph = torch.cuda.CUDAGraph()
         generator = torch.cuda.default_generators[self.device.index]
         rng_before = generator.clone_state()
+        _clear_cublas_workspaces()
         try:
             with (
                 torch.cuda.device(self.device),
@@ -285,6 +300,8 @@ class Recording:
             generator.graphsafe_set_state(rng_before)
             self.eager_reason = f"recording failed ({type(e).__name__}: {e})"
             return
+        finally:
+            _clear_cublas_workspaces()
         self.static_outputs, self.outputs_spec = pytree.tree_flatten(outputs)
         self.released = set()
         self._find_input_aliases(args, input_storages)
