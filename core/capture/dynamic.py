@@ -164,7 +164,15 @@ class Policy:
             dims = dict.fromkeys(self.history.changed_dims(source, tuple(t.shape)), (2, None))
         dims.update(dict.fromkeys(getattr(t, _MAYBE_DYNAMIC, ()), (2, None)))
         dims.update(getattr(t, _DYNAMIC, {}))
-        return {d: b for d, b in dims.items() if d not in static and t.size(d) >= 2}
+        return {d: b for d, b in dims.items() if d not in static and _fits(t, d, b)}
+
+
+def _fits(t: torch.Tensor, dim: int, bounds: Bounds) -> bool:
+    """Whether ``t`` has dimension ``dim`` with a size within ``bounds``. A mark may not: the
+    program changed the tensor's shape in place since (``unsqueeze_`` moves its dimensions,
+    ``squeeze_`` drops some). Such a dimension is then specialized, its size guarded."""
+    low, high = bounds
+    return dim < t.dim() and low <= t.size(dim) and (high is None or t.size(dim) <= high)
 
 
 _current: contextvars.ContextVar[Policy] = contextvars.ContextVar("torchkiln_dynamic")

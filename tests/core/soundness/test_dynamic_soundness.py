@@ -94,3 +94,29 @@ def test_inductor_divides_indices_by_a_symbolic_size(fn, sizes, tmp_path, monkey
     for shapes in sizes:
         args = [torch.randn(s) for s in (shapes if isinstance(shapes[0], tuple) else [shapes])]
         torch.testing.assert_close(compiled(*args), fn(*args))
+
+
+def unsqueezes_then_sums(x):
+    x.unsqueeze_(0)  # in place: the marked dimension moves (a graph break)
+    return x.sum(-1)
+
+
+def squeezes_then_doubles(x):
+    x.squeeze_(1)  # in place: the marked dimension goes
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [unsqueezes_then_sums, squeezes_then_doubles])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_marks_of_an_input_reshaped_in_place(fn, backend):
+    """Marks name dimensions of the tensor as it was marked; after the frame moved or dropped
+    them in place, the code after the graph break sees another shape: a mark that no longer
+    fits (a size outside its bounds, a dimension gone) is not applied (it raised)."""
+    compiled = torchkiln.compile(fn, backend=backend)
+    for n in (3, 5):
+        x = torch.randn(2, n) if fn is unsqueezes_then_sums else torch.randn(2, 1, n)
+        torchkiln.mark_dynamic(x, -1, min=3)
+        expected_input = x.clone()
+        expected = fn(expected_input)
+        torch.testing.assert_close(compiled(x), expected)
+        assert x.shape == expected_input.shape
