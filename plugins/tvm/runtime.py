@@ -107,7 +107,21 @@ class TVMGraph:
                     f"the tvm graph was built for {self.device}; input {k} is on {arg.device}"
                 )
             arg = arg.to(self.device)
-        arg = arg.detach().contiguous()
-        if arg.data_ptr() % TVM_ALIGNMENT:  # a view starting inside its storage
-            arg = arg.clone()
+        arg = arg.detach()
+        strides = compact_strides(arg.shape)
+        if not arg.numel():  # torch's own strides of an empty tensor are not TVM's
+            return torch.empty_strided(arg.shape, strides, dtype=arg.dtype, device=arg.device)
+        if arg.stride() != strides or arg.data_ptr() % TVM_ALIGNMENT:  # or a view inside
+            arg = arg.clone(memory_format=torch.contiguous_format)
         return arg
+
+
+def compact_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The row-major strides TVM checks its inputs for: the product of the later sizes, size-1
+    and empty dimensions included (torch calls a tensor with other strides there contiguous,
+    and its own strides of an empty tensor are not these)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))

@@ -190,3 +190,19 @@ def test_converter_table_covers_the_zoo_ops():
 
     missing = [str(op) for op in ZOO_OPS if op not in CONVERTERS]
     assert not missing, missing
+
+
+def with_reversed_empty_half(x):
+    """``x[..., :0].flip(-1)`` is empty: torch computes it (no converter takes an empty
+    result) and hands it to TVM's concatenate with torch's strides of an empty tensor."""
+    return torch.cat([x, x[..., : x.shape[-1] // 2].flip(-1)], -1) * 2
+
+
+@pytest.mark.parametrize("shape", [(2, 1), (1, 8), (3, 5)])
+def test_empty_and_size_one_inputs_reach_tvm_with_its_strides(shape):
+    compiled = torchkiln.compile(with_reversed_empty_half, backend="tvm")
+    x = torch.randn(*shape)
+    torch.testing.assert_close(compiled(x), with_reversed_empty_half(x))
+    # size-1 dimensions with strides torch ignores and TVM checks
+    y = torch.randn(shape[::-1]).t()
+    torch.testing.assert_close(compiled(y), with_reversed_empty_half(y))
