@@ -35,6 +35,8 @@ install-test: $(PY)
 # PyPI's torchvision does not load beside the CPU torch ("torchvision::nms does not exist")
 # and breaks transformers' imports where it is installed: remove it where it can't import.
 	$(PY) -c 'import torchvision' 2>/dev/null || $(PY) -m pip uninstall --quiet -y torchvision
+# The C++ guard checks (torchkiln.capture.native), built once for this torch.
+	$(PY) -m torchkiln build-native
 
 demo: install
 	$(PY) examples/demo.py
@@ -48,6 +50,7 @@ $(PY313):
 install-test-313: $(PY313)
 	$(PY313) -m pip install --quiet $(TORCH_PIN) pytest pytest-xdist numpy
 	$(PY313) -m pip install --quiet -e .
+	$(PY313) -m torchkiln build-native
 
 test-capture-313: install-test-313
 	$(PY313) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests/core/capture

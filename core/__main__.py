@@ -1,4 +1,5 @@
-"""``python -m torchkiln backends``: what is registered and whether it runs here."""
+"""``python -m torchkiln backends``: what is registered and whether it runs here;
+``python -m torchkiln build-native``: build the C++ guard checks now."""
 
 from __future__ import annotations
 
@@ -39,9 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchkiln")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("backends", help="list the backends, their tags and whether they run here")
+    commands.add_parser(
+        "build-native", help="build the C++ guard checks for this torch (torchkiln.capture.native)"
+    )
     args = parser.parse_args(argv)
     if args.command == "backends":
         print(backends_table())
+    elif args.command == "build-native":
+        from torchkiln.capture import native
+
+        print(f"built {native.build().__name__}: {native.location()}")
     return 0
 
 

@@ -64,6 +64,12 @@ capture_dynamic_output_shape_ops: bool = _env_flag(
     "TORCHKILN_CAPTURE_DYNAMIC_OUTPUT_SHAPE_OPS", False
 )
 
+#: Check the tensors a guard function reads (dtype, device, requires_grad, sizes, strides)
+#: in C++, built once per torch and Python with the system's compiler, in the background
+#: on first use (``torchkiln.capture.native``); Python checks until it is ready, and where
+#: it can't be built. ``TORCHKILN_NATIVE_GUARDS=0`` keeps every check in Python.
+native_guards: bool = _env_flag("TORCHKILN_NATIVE_GUARDS", True)
+
 #: Each setting's type (that of its default).
 _TYPES: dict[str, type] = {name: type(globals()[name]) for name in __annotations__}
 

@@ -19,6 +19,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torchkiln
+from torchkiln.capture import native
+
+# The C++ guard checks, loaded before any test points the cache elsewhere (the Makefile's
+# install-test builds them), so that every test's guards check tensors the same way.
+native.module()
 
 
 @pytest.fixture(autouse=True)

@@ -45,3 +45,8 @@ if ! uses_this_checkout; then
     fi
 fi
 
+
+# The C++ guard checks for this machine's torch (torchkiln.capture.native): built now, so
+# that no benchmark row or test starts with the Python checks while they build.
+"$PY" -m torchkiln build-native >"$OUT/native.log" 2>&1 ||
+    echo "the C++ guard checks did not build (see native.log): guards check tensors in Python"

@@ -74,6 +74,8 @@ def _items_with_object_keys(out: OutputGraph, value: dict, source: str | None) -
 def build(out: OutputGraph, value: Any, source: str | None) -> V.VariableTracker:
     guards = out.guards
     if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:  # sparse, mkldnn: no storage fake tensors can alias
+            raise Unsupported(f"a {str(value.layout).removeprefix('torch.')} tensor")
         if isinstance(value, torch.nn.Parameter) or type(value) is torch.Tensor:
             return out.add_input(value, source)
         raise Unsupported(f"tensor subclass {type(value).__name__}")

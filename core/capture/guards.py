@@ -37,6 +37,7 @@ import torch
 from torch.utils._device import DeviceContext
 
 from torchkiln import config
+from torchkiln.capture import native
 from torchkiln.disk_cache import Uncacheable, stable_name
 
 #: A name that may start a source (group 1), or a string literal to skip over.
@@ -54,11 +55,21 @@ MODULE_STATE = (
 )  # fmt: skip
 
 
+#: Tensor types whose metadata the C++ checks read as Python does (no ``__torch_function__``).
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+#: The name of the C++ tensor checker in a guard function's namespace (``native``).
+TENSOR_CHECK = "___tensor_check"
+
+
 @dataclass(frozen=True)
 class Guard:
     expr: str
     cost: int
     description: str
+    #: A check of a tensor's metadata the C++ checker can make instead: ``(source, dtype,
+    #: device, requires_grad, sizes, strides or None)``, the whole spec of that tensor.
+    tensor: tuple | None = None
 
 
 class GuardSet:
@@ -107,9 +118,9 @@ class GuardSet:
             return repr(value)
         return self.bind(value, "v")
 
-    def add(self, expr: str, cost: int, description: str) -> None:
+    def add(self, expr: str, cost: int, description: str, tensor: tuple | None = None) -> None:
         if expr not in self.guards:
-            self.guards[expr] = Guard(expr, cost, description)
+            self.guards[expr] = Guard(expr, cost, description, tensor)
 
     def type_is(self, source: str, cls: type) -> str:
         """Guard ``type(source) is cls``; returns the name ``cls`` is bound to."""
@@ -286,33 +297,49 @@ class GuardSet:
         the sizes ``fake`` has symbolic are guarded by the ShapeEnv's facts instead."""
         self._sources.add(source)
         self.type_is(source, type(t))
+        symbolic = fake is not None and any(isinstance(s, torch.SymInt) for s in fake.shape)
+        spec = None  # what the C++ checker checks instead of these guards, where it can
+        if not symbolic and type(t) in _PLAIN_TENSOR_TYPES and t.layout == torch.strided:
+            strides = tuple(t.stride()) if config.guard_strides else None
+            spec = (source, t.dtype, t.device, t.requires_grad, tuple(t.shape), strides)
         self.add(
             f"{source}.dtype is {self.bind(t.dtype, 'dtype')}",
             COST_TENSOR,
             f"{source}.dtype is {t.dtype}",
+            spec,
         )
         self.add(
-            _device_check(source, t.device, self), COST_TENSOR, f"{source}.device == {t.device}"
+            _device_check(source, t.device, self),
+            COST_TENSOR,
+            f"{source}.device == {t.device}",
+            spec,
         )
         self.add(
             f"{source}.requires_grad is {t.requires_grad!r}",
             COST_TENSOR,
             f"{source}.requires_grad is {t.requires_grad!r}",
+            spec,
         )
-        if fake is not None and any(isinstance(s, torch.SymInt) for s in fake.shape):
+        if symbolic:
             self._symbolic_sizes(source, fake)
             return
-        self.exact_layout(source, t, strides=config.guard_strides)
+        self.exact_layout(source, t, strides=config.guard_strides, spec=spec)
 
-    def exact_layout(self, source: str, t: torch.Tensor, strides: bool = True) -> None:
-        """``source`` has ``t``'s very sizes (and strides), whichever dimensions are symbolic."""
+    def exact_layout(
+        self, source: str, t: torch.Tensor, strides: bool = True, spec: tuple | None = None
+    ) -> None:
+        """``source`` has ``t``'s very sizes (and strides), whichever dimensions are symbolic.
+        ``spec``: the C++ checker's spec of ``source`` (``tensor``), which covers these."""
         size = tuple(t.shape)
         # ``.shape``: the same ``torch.Size`` as ``.size()``, read without a method call
-        self.add(f"{source}.shape == {size!r}", COST_TENSOR, f"{source}.size() == {size}")
+        self.add(f"{source}.shape == {size!r}", COST_TENSOR, f"{source}.size() == {size}", spec)
         if strides:
             stride = tuple(t.stride())
             self.add(
-                f"{source}.stride() == {stride!r}", COST_TENSOR, f"{source}.stride() == {stride}"
+                f"{source}.stride() == {stride!r}",
+                COST_TENSOR,
+                f"{source}.stride() == {stride}",
+                spec,
             )
 
     def _symbolic_sizes(self, source: str, fake: torch.Tensor) -> None:
@@ -445,9 +472,42 @@ class GuardSet:
         guard, failure = self._function_texts(params)
         return f"{guard}\n{failure}"
 
+    def _with_native_checks(self, exprs: list[str]) -> list[str] | None:
+        """The guard function's expressions (``exprs``: :meth:`hoisted_exprs`) with the
+        tensor checks ``native``'s C++ checker makes folded into one call of it, where the
+        first was; None where there is none to fold or the checker is not built (yet).
+
+        A folded check reads its tensor by the name an earlier guard (its type check) gave
+        the source: ``S.dtype is d`` was hoisted to ``name.dtype is d``; the call passes
+        ``name``. One that does not read so keeps every check in Python."""
+        specs: dict[str, tuple] = {}
+        folded: list[str] = []
+        for guard, text in zip(self.ordered(), exprs, strict=True):
+            if guard.tensor is None:
+                folded.append(text)
+                continue
+            source, spec = guard.tensor[0], guard.tensor[1:]
+            if source in specs:
+                continue
+            rest = guard.expr.removeprefix(source)
+            name = text.removesuffix(rest)
+            if rest == guard.expr or name == text or not name.isidentifier():
+                return None
+            if not specs:
+                folded.append("")  # the call, once its arguments are known
+            specs[name] = spec
+        checks = native.module() if specs else None
+        if checks is None:
+            return None
+        self.ns[TENSOR_CHECK] = checks.tensor_check(list(specs.values()))
+        folded[folded.index("")] = f"{TENSOR_CHECK}({', '.join(specs)})"
+        return folded
+
     def _function_texts(self, params: str) -> tuple[str, str]:
+        """The guard function's text, and the first-failure function's: every check by
+        itself, in the guard function's order."""
         exprs = self.hoisted_exprs()
-        body = "\n        and ".join(exprs) or "True"
+        body = "\n        and ".join(self._with_native_checks(exprs) or exprs) or "True"
         guard = f"def ___guard({params}):\n    return (\n        {body}\n    )\n"
         lines = [f"def ___first_failure({params}):"]
         for i, expr in enumerate(exprs):

@@ -217,3 +217,12 @@ def test_deep_module_guards_read_each_submodule_once(backend):
     guard_text = entry.guard_source.split("def ___first_failure")[0]
     for i in (0, 117, 199):
         assert guard_text.count(f"L_self._modules['{i}']") == 1
+
+
+def test_sparse_inputs_run_eagerly_and_dense_ones_compile(backend):
+    """A sparse tensor has no storage for the capture's aliasing checks (it crashed)."""
+    compiled = torchkiln.compile(lambda x, w: x @ w + 1, backend=backend)
+    w = torch.randn(4, 5)
+    for x in (torch.randn(3, 4).to_sparse(), torch.randn(3, 4), torch.randn(3, 4).to_sparse()):
+        torch.testing.assert_close(compiled(x, w), x @ w + 1)
+    assert torchkiln.counters["eager_fallback"]["a sparse_coo tensor"] >= 1
