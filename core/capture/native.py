@@ -44,15 +44,17 @@ NAME = "_kiln_guards"
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
-#: Why the module is not available (logged once), or "building".
+#: Why the module is not available (logged once), or "building": no second try.
 _state: str | None = None
 
 
 def module() -> ModuleType | None:
     """The built module, or None: turned off, not built yet (building now), or unbuildable."""
     global _state
-    if _module is not None or not config.native_guards:
-        return _module if config.native_guards else None
+    if not config.native_guards:
+        return None
+    if _module is not None:
+        return _module
     with _lock:
         if _module is not None or _state is not None:
             return _module
