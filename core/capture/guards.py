@@ -507,7 +507,10 @@ class GuardSet:
         """The guard function's text, and the first-failure function's: every check by
         itself, in the guard function's order."""
         exprs = self.hoisted_exprs()
-        body = "\n        and ".join(self._with_native_checks(exprs) or exprs) or "True"
+        # each in parentheses: a guard may be an ``or`` (a ShapeEnv fact), which would split
+        # the chain into two alternatives
+        checks = self._with_native_checks(exprs) or exprs
+        body = "\n        and ".join(f"({check})" for check in checks) or "True"
         guard = f"def ___guard({params}):\n    return (\n        {body}\n    )\n"
         lines = [f"def ___first_failure({params}):"]
         for i, expr in enumerate(exprs):

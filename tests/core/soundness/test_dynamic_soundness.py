@@ -120,3 +120,24 @@ def test_marks_of_an_input_reshaped_in_place(fn, backend):
         expected = fn(expected_input)
         torch.testing.assert_close(compiled(x), expected)
         assert x.shape == expected_input.shape
+
+
+def conv_relu(x, w):
+    return torch.nn.functional.conv2d(x, w, padding=1).relu()
+
+
+def test_a_shape_fact_that_is_an_or_does_not_cut_the_guard_short():
+    """The ShapeEnv's facts about a padded convolution's output size include an ``or``
+    (``3 + W - k > 0 or 3 + H - k > 0``); anded into the guard function unparenthesized, it
+    made the guard pass on the facts before it alone: an entry captured under autocast then
+    served a call without it, and a contiguous entry a channels_last input."""
+    compiled = torchkiln.compile(conv_relu, backend="aot_eager", dynamic=True)
+    w = torch.randn(4, 3, 3, 3)
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(compiled(x, w), conv_relu(x, w))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(compiled(x, w), conv_relu(x, w))
+    for y in (x.to(memory_format=torch.channels_last), torch.randn(3, 3, 6, 7)):
+        got, expected = compiled(y, w), conv_relu(y, w)
+        torch.testing.assert_close(got, expected)
+        assert got.stride() == expected.stride()
