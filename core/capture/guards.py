@@ -480,22 +480,20 @@ class GuardSet:
         A folded check reads its tensor by the name an earlier guard (its type check) gave
         the source: ``S.dtype is d`` was hoisted to ``name.dtype is d``; the call passes
         ``name``. One that does not read so keeps every check in Python."""
-        specs: dict[str, tuple] = {}
+        specs: dict[str, tuple] = {}  # the name each tensor is read by -> its spec
         folded: list[str] = []
         for guard, text in zip(self.ordered(), exprs, strict=True):
             if guard.tensor is None:
                 folded.append(text)
                 continue
             source, spec = guard.tensor[0], guard.tensor[1:]
-            if source in specs:
-                continue
             rest = guard.expr.removeprefix(source)
             name = text.removesuffix(rest)
             if rest == guard.expr or name == text or not name.isidentifier():
                 return None
             if not specs:
                 folded.append("")  # the call, once its arguments are known
-            specs[name] = spec
+            specs.setdefault(name, spec)
         checks = native.module() if specs else None
         if checks is None:
             return None
