@@ -44,23 +44,23 @@ NAME = "_kiln_guards"
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
-#: Why the module is not available (logged once), or "building": no second try.
-_state: str | None = None
+#: Whether this process started a build (no second try, whether it failed or not).
+_tried = False
 
 
 def module() -> ModuleType | None:
     """The built module, or None: turned off, not built yet (building now), or unbuildable."""
-    global _state
+    global _tried
     if not config.native_guards:
         return None
     if _module is not None:
         return _module
     with _lock:
-        if _module is not None or _state is not None:
+        if _module is not None or _tried:
             return _module
         if _load_stored():
             return _module
-        _state = "building"
+        _tried = True
     threading.Thread(target=_build_in_background, name="torchkiln-native", daemon=True).start()
     return None
 
@@ -81,16 +81,14 @@ def location() -> Path:
 
 
 def _build_in_background() -> None:
-    global _module, _state
+    global _module
     try:
         built = _build_and_store()
     except Exception as e:  # no compiler, no headers: Python checks, said once
-        with _lock:
-            _state = str(e)
         log.info("torchkiln: guard checks stay in Python: %s", e)
         return
     with _lock:
-        _module, _state = built, None
+        _module = built
 
 
 def _load_stored() -> bool:
@@ -152,7 +150,7 @@ def _command(output: Path) -> list[str]:
     lib = torch_dir / "lib"
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [
-        os.environ.get("CXX", "g++"),
+        _compiler(),
         "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f"-I{torch_dir / 'include'}",
@@ -167,6 +165,10 @@ def _installed() -> Path:
     return SOURCE.parent / "_native" / f"{_key()}.so"
 
 
+def _compiler() -> str:
+    return os.environ.get("CXX", "g++")
+
+
 def _entry() -> Path:
     return cache_dir() / "native" / f"{_key()}.so"
 
@@ -175,7 +177,7 @@ def _entry() -> Path:
 def _key() -> str:
     try:
         compiler = subprocess.run(
-            [os.environ.get("CXX", "g++"), "--version"], capture_output=True, text=True
+            [_compiler(), "--version"], capture_output=True, text=True
         ).stdout.partition("\n")[0]
     except OSError:
         compiler = "none"
