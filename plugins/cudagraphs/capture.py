@@ -183,6 +183,10 @@ class Recording:
         #: The released outputs whose blocks this graph may have taken: its replays overwrite
         #: them (``GraphPool.overwrite_released``).
         self.reuses: frozenset[tuple[int, int]] = frozenset()
+        #: Whether a recording of this backward freed the saved values it reads: a call that
+        #: keeps them (``retain_graph``) runs eagerly, and a recording again goes to a fresh
+        #: pool, where its allocations cannot land on them.
+        self.frees_saved = False
         self.eager_reason: str | None = None
         #: What ``accepts`` compares a call's arguments with (None until recorded).
         self.expected: _Expected | None = None
@@ -196,7 +200,7 @@ class Recording:
 
     def replay_accepted(self, args: list) -> Any:
         """The replay of a call ``accepts`` let through."""
-        if self.runner.kind == "backward" and self.reuses and _keeps_graph():
+        if self.runner.kind == "backward" and self.frees_saved and _keeps_graph():
             return self.runner.run_eagerly(args, KEEPS_SAVED)
         return self._replay(args)
 
@@ -212,7 +216,7 @@ class Recording:
             if self.eager_reason is not None:
                 return self.runner.run_eagerly(args, self.eager_reason)
             self.expected = _Expected(args, self.copied, self.addresses)
-        if keeps_saved and self.reuses:
+        if keeps_saved and self.frees_saved:
             return self.runner.run_eagerly(args, KEEPS_SAVED)
         return self._replay(args)
 
@@ -251,10 +255,14 @@ class Recording:
         assert self.warm_addresses is not None
         if self.graph is not None:
             self.pool.overwrite_from(self.order)  # its outputs' memory goes back to the pool
+        # A backward recorded again reads the saved values its first recording freed (the
+        # forward's replays still write them there): in the same pool, its allocations
+        # could land on them before it reads them.
+        fresh = self.graph is not None and self.frees_saved
         self.graph = None
         self.expected = None
         model, kind = self.runner.model, self.runner.kind
-        self.pool = pool = model.pool_for(self.device.index, kind)
+        self.pool = pool = model.pool_for(self.device.index, kind, fresh=fresh)
         sources = {
             i: model.source_of(self.device.index, arg)
             for i, arg in enumerate(args)
@@ -306,6 +314,7 @@ class Recording:
         self.released = set()
         self._find_input_aliases(args, input_storages)
         self.reuses = pool.reused_released()
+        self.frees_saved = self.frees_saved or bool(self.reuses)
         self.graph = graph
         self.order = pool.new_order(graph)
 

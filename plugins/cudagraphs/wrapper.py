@@ -34,11 +34,12 @@ class CudaGraphs:
         #: Why some graphs run without CUDA graphs, each said once per compiled model.
         self.eager_reasons: set[str] = set()
 
-    def pool_for(self, device_index: int, kind: str) -> GraphPool:
+    def pool_for(self, device_index: int, kind: str, fresh: bool = False) -> GraphPool:
         """The pool a ``kind`` graph records into: the device's latest, or a fresh one for
-        a forward once the latest gave a forward's saved values to a backward."""
+        a forward once the latest gave a forward's saved values to a backward, and when
+        ``fresh`` asks for one."""
         pools = self.pools.setdefault(device_index, [])
-        if not pools or (kind != "backward" and not pools[-1].takes_forwards()):
+        if fresh or not pools or (kind != "backward" and not pools[-1].takes_forwards()):
             pools.append(GraphPool())
         return pools[-1]
 

@@ -156,6 +156,27 @@ def test_a_second_backward_through_one_step_reads_the_saved_values(backend: str)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_backward_recorded_again_reads_the_saved_values_its_first_recording_freed(backend):
+    # The cotangent comes at one address (read in place), then at another: the backward is
+    # recorded again, reading the forward's saved values where its first recording freed
+    # them; recorded in the same pool, its allocations would overwrite them first.
+    model = Mlp(width=512).cuda()
+    reference = copy.deepcopy(model)
+    compiled = torchkiln.compile(model, backend=backend, mode="reduce-overhead")
+    cotangent = torch.randn(1024, 4, device="cuda")
+    for step in range(8):
+        if step == 5:
+            cotangent = torch.randn(1024, 4, device="cuda")
+        x = torch.randn(1024, 8, device="cuda")
+        for m in (model, reference):
+            m.zero_grad(set_to_none=True)
+        compiled(x).backward(cotangent)
+        reference(x).backward(cotangent)
+        for (name, p), ref in zip(model.named_parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, ref.grad, msg=f"step {step}: gradient of {name}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_an_output_kept_across_calls_is_caught(backend: str):
     compiled = torchkiln.compile(lambda x: x.sin() * 2, backend=backend, mode="reduce-overhead")
     with torch.no_grad():
