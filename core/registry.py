@@ -317,6 +317,18 @@ def register_backend(
             options=options,
             override=override,
         )
+    if not isinstance(compile_fn, Backend) and not callable(compile_fn):
+        hint = (
+            f" (the name goes second: register_backend(fn, {compile_fn!r}))"
+            if isinstance(compile_fn, str)
+            else ""
+        )
+        raise TypeError(
+            f"register_backend: the compile function must be callable, got "
+            f"{type(compile_fn).__name__} {compile_fn!r}{hint}"
+        )
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"register_backend: name must be a non-empty string, got {name!r}")
     if isinstance(compile_fn, Backend):
         backend = compile_fn if name is None else replace(compile_fn, name=name)
         _registry.register(backend, override=override)

@@ -75,6 +75,16 @@ def test_register_backend_as_call(scratch_registry):
     assert registry.lookup_backend("called_backend").compile_fn is noop_backend
 
 
+def test_register_backend_with_its_arguments_swapped_says_so(scratch_registry):
+    before = dict(scratch_registry._backends)
+    with pytest.raises(TypeError, match=r"must be callable.*name goes second"):
+        torchkiln.register_backend("swapped", noop_backend)
+    with pytest.raises(TypeError, match="name must be a non-empty string"):
+        torchkiln.register_backend(noop_backend, name=noop_backend)
+    assert scratch_registry._backends == before
+    assert "swapped" not in torchkiln.list_backends(exclude_tags=())
+
+
 def test_register_backend_record(scratch_registry):
     torchkiln.register_backend(Backend("record_backend", noop_backend, tags=("debug",)))
     assert registry.lookup_backend("record_backend").tags == ("debug",)
