@@ -11,7 +11,11 @@ Per backend and case:
 
 * **the sweep**: one call at each of N random sequence lengths in [1, max]
   (distinct, seeded, the same for every backend, in the order drawn);
-* **steady state**: then every length again ``--reps`` times, the median per length;
+* **steady state**: once every backend has swept, every length again ``--reps`` times,
+  the backends' calls interleaved (one call of each in turn), the median per length: a
+  backend timed in a stretch of its own took that stretch's host load (eager's own figure
+  moved from 13.1 to 20.7 µs/token between two runs) and whatever the backends measured
+  before it left running;
 * **compiles**: torch.compile: the graphs dynamo compiled
   (``counters["stats"]["unique_graphs"]``); torchkiln: frames captured
   (``counters["frames"]["total"]``) + backend compiles of one concrete size
@@ -163,16 +167,15 @@ def _since(before: tuple[int, ...], variant: Variant) -> tuple[int, ...]:
     return tuple(now - then for now, then in zip(compile_counts(variant), before))
 
 
-def measure(
+def sweep(
     variant: Variant,
     case: str,
     module: torch.nn.Module,
     tokens: dict[int, torch.Tensor],
     result: Result,
-    reps: int,
-) -> None:
-    """The sweep, then the steady state, into ``result`` (filled as it goes: a failure keeps
-    what was measured before it)."""
+) -> Callable[[Any], Any]:
+    """The sweep into ``result`` (filled as it goes: a failure keeps what was measured
+    before it); returns the compiled step, for the steady state."""
     device = next(module.parameters()).device
     before = compile_counts(variant)
     step = make_step(module, variant.compile(module), case)
@@ -182,17 +185,39 @@ def measure(
         if len(result.first_call_s) == 1:
             result.first_call_compiles = sum(_since(before, variant)[:2])
     result.compiles, result.specializations, result.eager_fallbacks = _since(before, variant)
-    for length in result.lengths:
-        call = functools.partial(step, tokens[length])
-        times = step_times_ms(call, device, 0, reps, math.inf)
-        result.steady_s.append(median(times) / 1e3)
-    batch = next(iter(tokens.values())).shape[0]
-    result.compile_s = sum(f - s for f, s in zip(result.first_call_s, result.steady_s))
-    result.us_per_token = sum(result.steady_s) / (batch * sum(result.lengths)) * 1e6
-    if result.first_call_compiles:
-        total = result.compiles + result.specializations
-        result.compiles_per_frame = total / result.first_call_compiles
-    result.status = OK
+    return step
+
+
+def steady_state(
+    swept: list[tuple[Result, Callable[[Any], Any]]],
+    tokens: dict[int, torch.Tensor],
+    reps: int,
+    device: torch.device,
+) -> None:
+    """Every length ``reps`` times more for each swept backend, their calls interleaved;
+    each result gets its per-length medians and the figures made from them. A backend
+    whose call raises drops out with the error."""
+    live = list(swept)
+    times: dict[int, list[list[float]]] = {id(r): [[] for _ in r.lengths] for r, _ in swept}
+    lengths = swept[0][0].lengths if swept else []
+    for i, length in enumerate(lengths):
+        for _ in range(reps):
+            for result, step in list(live):
+                call = functools.partial(step, tokens[length])
+                try:
+                    times[id(result)][i] += step_times_ms(call, device, 0, 1, math.inf)
+                except Exception as e:
+                    result.error = describe_error("steady state", e)
+                    live.remove((result, step))
+    batch = next(iter(tokens.values())).shape[0] if tokens else 0
+    for result, _ in live:
+        result.steady_s = [median(t) / 1e3 for t in times[id(result)]]
+        result.compile_s = sum(f - s for f, s in zip(result.first_call_s, result.steady_s))
+        result.us_per_token = sum(result.steady_s) / (batch * sum(result.lengths)) * 1e6
+        if result.first_call_compiles:
+            total = result.compiles + result.specializations
+            result.compiles_per_frame = total / result.first_call_compiles
+        result.status = OK
 
 
 def relate(results: list[Result]) -> None:
@@ -387,16 +412,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pay_startup(variants, device, cache_root / "startup")
         for case in args.cases:
+            swept = []
             for variant in variants:
                 result = Result(variant.label, case, lengths[case])
                 results.append(result)
                 try:
                     with compiler_caches(cache_dir_for(cache_root, MODEL, case, variant)):
-                        measure(variant, case, copy.deepcopy(model), tokens, result, args.reps)
+                        step = sweep(variant, case, copy.deepcopy(model), tokens, result)
+                    swept.append((result, step))
                 except Exception as e:
-                    swept = len(result.first_call_s) == len(result.lengths)
-                    result.error = describe_error("steady state" if swept else "sweep", e)
-                print(f"[dynamic] {case} {variant.label}: {result.status} {result.error}",
+                    result.error = describe_error("sweep", e)
+            steady_state(swept, tokens, args.reps, device)
+            for result in results[-len(variants) :]:
+                print(f"[dynamic] {case} {result.backend}: {result.status} {result.error}",
                       file=sys.stderr, flush=True)  # fmt: skip
     finally:
         shutil.rmtree(cache_root, ignore_errors=True)
