@@ -140,7 +140,7 @@ def compile_graph_of(
     if output.autocast != output.initial_autocast:  # leave autocast as the graph found it
         graph.call_function(runtime.set_autocast, (output.initial_autocast,))
     graph.output(tuple(codegen.graph_outputs))
-    use_is_causal(graph, output.writers)
+    use_is_causal(graph, output.writers, codegen.guards.shapes)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     logs.artifact(
         "graph",

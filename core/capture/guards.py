@@ -363,6 +363,11 @@ class GuardSet:
         if self.shapes is not None:
             for expr, description in self.shapes.expressions(config.guard_strides, lenient):
                 self.add(expr, COST_TENSOR, description)
+            if lenient:
+                return  # the entry runs the frame as written: no graph assumes them
+            for check, symbols, description in self.shapes.predicates:
+                call = f"{self.bind(check, 'sizes')}({self.shapes.size_args(symbols)})"
+                self.add(call, COST_TENSOR, description)
 
     def grad_mode(self, enabled: bool) -> None:
         fn = self.bind(torch.is_grad_enabled, "grad")

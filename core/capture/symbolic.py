@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import os
 import types
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -135,6 +136,9 @@ class ShapeGuards:
         self.sizes: dict[sympy.Symbol, list[str]] = {}
         #: ``(source, fake)`` of each symbolic input, for its stride guards.
         self.inputs: list[tuple[str, torch.Tensor]] = []
+        #: ``(check, symbols, description)``: functions of sizes that held at capture and
+        #: must hold on every call, given the symbols' values (``causal_masks.SizedMask``).
+        self.predicates: list[tuple[Callable[..., bool], list[sympy.Symbol], str]] = []
 
     def add_input(self, source: str, fake: torch.Tensor) -> None:
         """Note the sizes ``fake`` (read through ``source``) stands for; its strides and
@@ -156,6 +160,10 @@ class ShapeGuards:
         self.inputs.append((source, fake))
         for expr, read in sizes:
             self.sizes.setdefault(expr, []).append(read)
+
+    def size_args(self, symbols: list[sympy.Symbol]) -> str:
+        """The input sizes ``symbols`` stand for, as the arguments of a call."""
+        return ", ".join(self.sizes[s][0] for s in symbols)
 
     def expressions(self, strides: bool, lenient: bool = False) -> list[tuple[str, str]]:
         """``(expression, description)`` of every fact the graph assumes about the sizes.

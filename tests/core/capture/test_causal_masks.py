@@ -180,3 +180,67 @@ def test_transformers_mask_built_under_compilation_becomes_is_causal(model, monk
         torch.testing.assert_close(compiled(ids), net(ids).logits)
     calls = sdpa_calls(graphs[0])
     assert len(calls) == 2 and all(c.kwargs["is_causal"] is True for c in calls)
+
+
+def diagonal_from_sizes_mask(q, k, v):
+    """``tril`` shifted by ``L // 8``: causal while there are fewer than 8 queries only."""
+    L, S = q.shape[-2], k.shape[-2]
+    mask = torch.ones(L, S, dtype=torch.bool).tril(L // 8)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("fn", [arange_mask, additive_mask, mask_anded_in_place])
+def test_a_causal_mask_of_symbolic_sizes_becomes_is_causal_for_every_size(fn):
+    graphs = []
+    torchkiln.reset()
+    compiled = torchkiln.compile(fn, backend=graphs_backend(graphs), dynamic=True)
+    for length in (5, 9, 16, 23):
+        q, k, v = qkv(length, length)
+        torch.testing.assert_close(compiled(q, k, v), fn(q, k, v))
+    assert len(graphs) == 1  # one graph for every size, its guard computing each size's mask
+    (call,) = sdpa_calls(graphs[0])
+    assert call.kwargs["attn_mask"] is None and call.kwargs["is_causal"] is True
+
+
+def test_a_mask_of_sizes_causal_at_some_sizes_only_is_guarded_by_its_value():
+    graphs = []
+    torchkiln.reset()
+    compiled = torchkiln.compile(
+        diagonal_from_sizes_mask, backend=graphs_backend(graphs), dynamic=True
+    )
+    for length in (4, 6, 12, 5, 20, 7):  # causal below 8 queries, not from 8 on
+        q, k, v = qkv(length, length)
+        torch.testing.assert_close(compiled(q, k, v), diagonal_from_sizes_mask(q, k, v))
+    causal = [g for g in graphs if sdpa_calls(g)[0].kwargs.get("is_causal")]
+    masked = [g for g in graphs if sdpa_calls(g)[0].kwargs.get("attn_mask") is not None]
+    assert len(causal) == 1 and len(masked) == 1 and len(graphs) == 2
+
+
+def graphs_backend(graphs):
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend
+
+
+def test_transformers_mask_of_a_symbolic_length_becomes_is_causal():
+    """Under compilation transformers 5.18 builds GPT-2's mask from the sequence length
+    (and a packed-sequence check of position ids it makes from it): with dynamic sizes."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers")
+    config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=64)
+    torch.manual_seed(0)
+    net = transformers.GPT2LMHeadModel(config).eval()
+    net.config._attn_implementation = "sdpa"
+    graphs = []
+    torchkiln.reset()
+    compiled = torchkiln.compile(
+        lambda ids: net(ids).logits, backend=graphs_backend(graphs), dynamic=True
+    )
+    with torch.no_grad():
+        for length in (7, 12, 30):
+            ids = torch.randint(0, 64, (2, length))
+            torch.testing.assert_close(compiled(ids), net(ids).logits)
+    assert len(graphs) == 1
+    calls = sdpa_calls(graphs[0])
+    assert len(calls) == 2 and all(c.kwargs["is_causal"] is True for c in calls)
