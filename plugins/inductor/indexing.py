@@ -14,7 +14,6 @@ print them correctly.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from .sizes import (
     divides,
     exact_quotient,
     floor_quotient,
+    gcd,
     is_static,
     known_less,
     known_nonnegative,
@@ -152,7 +152,7 @@ class Expr:
         factored = r._factor_small(d)
         if factored is not None:  # r == g*big + small, 0 <= small < g, g | d
             g, big, _ = factored
-            return q + big.floordiv(d // g)
+            return q + big.floordiv(exact_quotient(d, g))
         return q + Expr.of(FloorDiv(r, d))
 
     def mod(self, d: Size) -> Expr:
@@ -167,22 +167,24 @@ class Expr:
         factored = r._factor_small(d)
         if factored is not None:
             g, big, small = factored
-            return big.mod(d // g) * g + small
+            return big.mod(exact_quotient(d, g)) * g + small
         return Expr.of(Mod(r, d))
 
     def _factor_small(self, d: Size) -> tuple[int, Expr, Expr] | None:
-        """``(g, big, small)`` with ``self == g*big + small``, ``g`` a divisor of ``d`` above 1
-        and ``0 <= small < g``: then ``self // d == big // (d/g)`` and
+        """``(g, big, small)`` with ``self == g*big + small``, ``g`` an int dividing ``d``, above
+        1 and below ``d``, and ``0 <= small < g``: then ``self // d == big // (d/g)`` and
         ``self % d == g*(big % (d/g)) + small``. Merged loops make such indices,
-        ``(128*o0 + o1) // 8192`` with ``o1 < 128``, which this turns into ``o0 // 64``.
-        Static sizes only."""
-        if not all_static((d, self.const, *(c for _, c in self.terms))):
+        ``(128*o0 + o1) // 8192`` with ``o1 < 128``, which this turns into ``o0 // 64``, and
+        with a symbolic size ``(o0 + 256*o1) // (256*s0)`` with ``o0 < 256``: ``o1 // s0``.
+        The coefficients and the constant must be ints."""
+        if not all_static((self.const, *(c for _, c in self.terms))):
             return None
-        for g in sorted({math.gcd(c, d) for _, c in self.terms} - {1, d}, reverse=True):
+        divisors = {gcd(c, d) for _, c in self.terms}
+        for g in sorted((g for g in divisors if is_static(g) and 1 < g != d), reverse=True):
             big = Expr({a: c // g for a, c in self.terms if c % g == 0}, self.const // g)
             small = Expr({a: c for a, c in self.terms if c % g}, self.const % g)
             lo, hi = small.bounds()
-            if lo >= 0 and hi < g:
+            if known_nonnegative(lo) and known_less(hi, g):
                 return g, big, small
         return None
 

@@ -107,3 +107,20 @@ def test_symbolic_coefficients_render_in_parentheses():
     with size_facts(facts):
         text = v("x", 4 * s0 * s0).floordiv(32 * s0).render()
     assert "/ (32*s0)" in text
+
+
+def test_a_symbolic_multiple_of_a_coefficient_factors_out_the_small_terms():
+    """A transpose of a symbolic view indexes ``(256*s0)*((o0 + 256*o1) // (256*s0)) +
+    256*(o1 % s0) + o0`` with ``o0 < 256``: that is ``256*o1 + o0`` (an integer division
+    and a modulo per element otherwise, and no vectorized loads)."""
+    from torchkiln_inductor.sizes import size_facts
+
+    facts, (s0,) = symbolic_facts("s0")
+    with size_facts(facts):
+        o0, o1 = v("o0", 256), v("o1", 2 * s0)
+        flat = o0 + o1 * 256
+        assert flat.floordiv(256 * s0) == o1.floordiv(s0)
+        assert flat.mod(256 * s0) == o1.mod(s0) * 256 + o0
+        assert flat.floordiv(256 * s0) * (256 * s0) + o1.mod(s0) * 256 + o0 == flat
+        wide = v("w", 257) + o1 * 256  # w may reach 256: not below the factor
+        assert "w" in str(wide.floordiv(256 * s0))
