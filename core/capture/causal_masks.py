@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
 from torchkiln import effects
 from torchkiln.capture.aliasing import storage_id
-from torchkiln.capture.symbolic import ShapeGuards
+
+if TYPE_CHECKING:  # sympy stays unimported where no size is symbolic (a warm start's first call)
+    import sympy
+
+    from torchkiln.capture.symbolic import ShapeGuards
 
 #: the mask's elements at most (it is computed once, at compile time)
 MAX_MASK_NUMEL = 1 << 24
