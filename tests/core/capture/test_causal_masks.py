@@ -244,3 +244,26 @@ def test_transformers_mask_of_a_symbolic_length_becomes_is_causal():
     assert len(graphs) == 1
     calls = sdpa_calls(graphs[0])
     assert len(calls) == 2 and all(c.kwargs["is_causal"] is True for c in calls)
+
+
+def test_a_mask_of_sizes_and_an_input_stays_with_symbolic_sizes():
+    """A padding mask read from an input anded into the causal one: its value depends on
+    data, so no guard of sizes can stand for it."""
+
+    def padded(q, k, v, keep):
+        L, S = q.shape[-2], k.shape[-2]
+        mask = (torch.arange(S)[None, :] <= torch.arange(L)[:, None]) & keep[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    graphs = []
+    torchkiln.reset()
+    compiled = torchkiln.compile(padded, backend=graphs_backend(graphs), dynamic=True)
+    for length in (6, 11):
+        q, k, v = qkv(length, length)
+        keep = torch.ones(2, length, dtype=torch.bool)
+        keep[:, 0] = True
+        keep[1, length // 2 :] = False
+        torch.testing.assert_close(compiled(q, k, v, keep), padded(q, k, v, keep))
+    assert len(graphs) == 1
+    (call,) = sdpa_calls(graphs[0])
+    assert call.kwargs.get("is_causal", False) is False and call.kwargs["attn_mask"] is not None
