@@ -60,21 +60,36 @@ def test_training_steps_match_eager():
 def test_statistics_torch_computes_in_another_dtype_than_its_meta_are_taken():
     """The guard fuzz's finding: under float16 autocast torch's CPU layer norm of float16
     activations with float32 weights gives float32 mean and rstd, its meta float16; the
-    backward model, compiled for float16 inputs, refused them (OpenVINO ParameterMismatch)."""
+    backward model, compiled for float16 inputs, refused them (OpenVINO ParameterMismatch).
+    The gradients are compared with float64's: OpenVINO's float16 rounding differs from
+    torch's, so its error must be of the size of eager's own under autocast."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 6, bias=False), nn.BatchNorm1d(6), nn.LayerNorm(6)).eval()
-    twin = copy.deepcopy(model)
-    compiled = torchkiln.compile(model, backend="openvino")
+    twin, exact = copy.deepcopy(model), copy.deepcopy(model).double()
+    # OpenVINO for every graph: the faster of it and torch, timed, would make the numbers
+    # depend on the host's load
+    compiled = torchkiln.compile(model, backend="openvino", options={"torch_when_faster": False})
     # weighted: a sum of squares of a layer norm's output is constant, its gradients noise
     x, weights = torch.randn(8, 3), torch.randn(8, 6)
-    grads = []
-    for forward in (compiled, twin):
-        inputs = x.clone().requires_grad_()
-        with torch.autocast("cpu", dtype=torch.float16):
+
+    def gradients(forward, autocast: bool) -> list[torch.Tensor]:
+        dtype = next(forward.parameters()).dtype
+        inputs = x.to(dtype).requires_grad_()
+        with torch.autocast("cpu", dtype=torch.float16, enabled=autocast):
             out = forward(inputs)
-        (out.float() * weights).sum().backward()
-        grads.append([inputs.grad, *(p.grad for p in forward.parameters())])
-    torch.testing.assert_close(grads[0], grads[1], rtol=2e-3, atol=2e-3)
+        (out.to(dtype) * weights.to(dtype)).sum().backward()
+        return [g.double() for g in (inputs.grad, *(p.grad for p in forward.parameters()))]
+
+    truth = gradients(exact, autocast=False)
+    for name, kiln, eager, true in zip(
+        ("input", "linear", "bn weight", "bn bias", "ln weight", "ln bias"),
+        gradients(compiled, autocast=True),
+        gradients(twin, autocast=True),
+        truth,
+        strict=True,
+    ):
+        kiln_error, eager_error = (kiln - true).abs().max(), (eager - true).abs().max()
+        assert kiln_error <= 3 * eager_error + 1e-4, (name, float(kiln_error), float(eager_error))
 
 
 def test_an_output_returned_twice_comes_back_as_an_alias():
