@@ -105,22 +105,25 @@ class SizedMask:
         self.module = fx.GraphModule(torch.nn.Module(), sub)
         self.lengths = lengths  # the queries' and the keys' lengths
         self.symbols: set[sympy.Symbol] = set()
-        for value in [*self.sizes, *lengths]:
-            for item in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(item, torch.SymInt):
-                    self.symbols |= item.node.expr.free_symbols
+        for item in self._symbolic_sizes():
+            self.symbols |= item.node.expr.free_symbols
         self.expected: str | None = None
         self.answers: dict[tuple[int, ...], bool] = {}
 
     def capture_values(self) -> dict[sympy.Symbol, int]:
         """The symbols' values at the sizes the capture traced (their hints)."""
         values: dict[sympy.Symbol, int] = {}
-        for value in [*self.sizes, *self.lengths]:
-            for item in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(item, torch.SymInt):
-                    hint = item.node.shape_env.backed_var_to_val
-                    values.update({s: int(hint[s]) for s in item.node.expr.free_symbols})
+        for item in self._symbolic_sizes():
+            hint = item.node.shape_env.backed_var_to_val
+            values.update({s: int(hint[s]) for s in item.node.expr.free_symbols})
         return values
+
+    def _symbolic_sizes(self) -> list[torch.SymInt]:
+        """The SymInts among the size reads' values and the attention's lengths."""
+        items = []
+        for value in [*self.sizes, *self.lengths]:
+            items += value if isinstance(value, (tuple, list)) else (value,)
+        return [item for item in items if isinstance(item, torch.SymInt)]
 
     def pattern_at(self, values: Mapping[sympy.Symbol, int]) -> str | None:
         """``"causal"``, ``"full"`` or None: the mask's pattern when the symbols have ``values``."""
