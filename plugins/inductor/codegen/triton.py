@@ -56,6 +56,7 @@ from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode
 from ..sizes import Size, as_size, hint, is_static, known_less, size_text, symbols_in
 from .triton_launch import compile_at_once, launcher_for, use_triton_cache
+from .triton_libdevice import libdevice_binding
 
 if TYPE_CHECKING:
     from .triton_templates import TemplateLaunch
@@ -107,9 +108,7 @@ PRELUDE = '''\
 import triton
 import triton.language as tl
 
-from torchkiln_inductor.codegen.triton_libdevice import load_libdevice
-
-libdevice = load_libdevice(interpreted={interpreted})
+{libdevice}
 
 
 {round_bf16}
@@ -1191,7 +1190,7 @@ def generate_triton(
         by_step[kernel_name] = launch
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     prelude = PRELUDE.replace("{round_bf16}", _ROUND_BF16[interpreted])
-    prelude = prelude.replace("{interpreted}", str(interpreted)).rstrip("\n")
+    prelude = prelude.replace("{libdevice}", libdevice_binding(interpreted)).rstrip("\n")
     source = "\n\n\n".join([prelude, *sources.values()]) + "\n"
     launches = {launch.name: launch for launch in by_step.values()}
     return TritonModule(source, tuple(launches.values()), autotune), by_step

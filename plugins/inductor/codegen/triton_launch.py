@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from .triton_compile_worker import compile_options
+
 #: Triton specializes a pointer on this divisibility (its ``tt.divisibility`` attribute)
 POINTER_ALIGNMENT = 16
 #: most kernels compiled at the same time
@@ -41,14 +43,6 @@ def use_triton_cache(cache_root) -> None:
     placed them (``TRITON_CACHE_DIR``), so that a second process loads them from disk."""
     if "TRITON_CACHE_DIR" not in os.environ:
         os.environ["TRITON_CACHE_DIR"] = str(cache_root / "triton")
-
-
-def compile_options(fn) -> dict[str, bool]:
-    """Triton options beyond warps and stages. A kernel that checks run-time indices
-    (``@triton.jit(debug=True)``, which keeps ``tl.device_assert``) is compiled without
-    Triton's integer-overflow checks, which ``debug`` would also add: they would flag the
-    wrap-around of int32 arithmetic that eager allows, and slow the kernel."""
-    return {"sanitize_overflow": False} if getattr(fn, "debug", False) else {}
 
 
 class InterpretedLauncher:

@@ -4,7 +4,7 @@ The math core ``tl`` lacks (log1p, erfinv, lgamma, atan2, an exact pow...) comes
 CUDA's libdevice. Its import path moved between Triton versions:
 ``triton.language.extra.libdevice`` (backend-dispatching stubs: Triton 3.6 on the GPU
 machine, 3.9 from pip) else ``triton.language.extra.cuda.libdevice`` (older 3.x). This
-is the one place that knows; generated modules bind theirs with :func:`load_libdevice`.
+is the one place that knows; generated modules bind theirs as :func:`libdevice_binding` says.
 
 Triton's interpreter (``TRITON_INTERPRET=1``, how CI runs the generator on CPU tensors)
 cannot call external functions, so there the same names are computed by torch on the
@@ -73,13 +73,17 @@ class InterpretedLibdevice:
         return call
 
 
-def load_libdevice(interpreted: bool):
-    """The ``libdevice`` a generated module binds: Triton's, or under its interpreter the
-    torch equivalents."""
+def libdevice_binding(interpreted: bool) -> str:
+    """The lines of a generated module that bind ``libdevice``: Triton's, found where this
+    Triton keeps it (so that compile workers load the module with Triton alone, no torch),
+    or under its interpreter the torch equivalents."""
     if interpreted:
-        return InterpretedLibdevice()
+        return (
+            "from torchkiln_inductor.codegen.triton_libdevice import InterpretedLibdevice\n\n"
+            "libdevice = InterpretedLibdevice()"
+        )
     try:
-        from triton.language.extra import libdevice
+        from triton.language.extra import libdevice  # noqa: F401
     except ImportError:  # Triton before 3.2
-        from triton.language.extra.cuda import libdevice
-    return libdevice
+        return "from triton.language.extra.cuda import libdevice"
+    return "from triton.language.extra import libdevice"

@@ -17,33 +17,48 @@ compile-only Triton driver (no CUDA context, no device memory). A job that fails
 worker costs nothing but the time: this process compiles it itself and reports the
 failure where it always did.
 
-Workers are plain subprocesses (not forked: this process has a CUDA context), kept for the
-life of the process; one that dies stops them all. Each imports torch and Triton as it
-starts (seconds): :func:`warm_pool` starts them when a CUDA graph's compile begins, so that
-their start overlaps the tracing and lowering before the first kernel is ready.
+The workers are forked from a zygote process that imported torch and Triton and compiled a
+first kernel (this process has a CUDA context: it can't fork); they connect back over a
+Unix socket and live as long as this process. One that dies stops them all. :func:`warm_pool`
+starts the zygote when a CUDA graph's compile begins, so that its imports overlap the
+tracing and lowering before the first kernel is ready; until workers connect, this
+process compiles the jobs itself, and it keeps taking jobs alongside them after.
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
-import importlib.util
+import contextlib
+import dataclasses
 import os
 import pickle
 import queue
+import shutil
+import signal
+import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from torchkiln import counters, logs
 
-from .triton_launch import compile_options
+from .triton_compile_worker import read_frame, timed_compile, write_frame
 
-#: most worker processes (each imports torch and Triton once)
+#: most processes compiling at once, this one included
 MAX_WORKERS = 16
+#: threads of this process that compile jobs too: Triton's front end holds the GIL, but
+#: ptxas and the C launcher's gcc, about half of a compile on the H200 machine, run as
+#: subprocesses that other threads' front ends overlap
+LOCAL_THREADS = 3
+#: how often a thread waiting for a worker to connect checks whether jobs are left
+ACCEPT_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -77,55 +92,65 @@ def compile_job(
     )
 
 
-_pool: list[_Worker] | None = None
+_pool: _Pool | None = None
 _stopped = False
 _pool_lock = threading.Lock()
 
 
 def precompile(jobs: list[CompileJob]) -> None:
     """Compile ``jobs`` in worker processes for the current GPU's target, filling Triton's
-    disk cache; returns when all are done or failed (each worker takes the next job as it
-    finishes one)."""
+    disk cache; returns when all are done or failed. Each worker takes the next job as it
+    finishes one, and so do ``LOCAL_THREADS`` threads here, this one included: they compile
+    from the start, while the workers may still be starting."""
     if len(jobs) < 2:
         return  # nothing to overlap: the caller's own compile is as quick
-    workers = _workers()
-    if not workers:
+    pool = _started_pool()
+    if pool is None:
         return
     todo = queue.SimpleQueue()
     for job in jobs:
         todo.put(job)
     cache_dir = os.environ.get("TRITON_CACHE_DIR")
-    with concurrent.futures.ThreadPoolExecutor(len(workers)) as feeders:
-        results = feeders.map(lambda worker: worker.drain(todo, cache_dir), workers)
-        compiled, failed, seconds = map(sum, zip(*results, strict=True))
+    device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+    with concurrent.futures.ThreadPoolExecutor(len(pool.workers) + LOCAL_THREADS - 1) as threads:
+        remote = [threads.submit(worker.drain, todo, cache_dir) for worker in pool.workers]
+        local = [threads.submit(_drain_here, todo, device) for _ in range(LOCAL_THREADS - 1)]
+        here = [_drain_here(todo, device), *(f.result() for f in local)]
+        results = here + [f.result() for f in remote]
+    compiled, failed, seconds = map(sum, zip(*results))
     counters["triton_workers"]["compiled"] += compiled
+    counters["triton_workers"]["compiled_here"] += sum(r[0] for r in here)
     counters["triton_workers"]["failed"] += failed
     counters["triton_workers"]["compile_ms"] += round(seconds * 1e3)
-    if any(not worker.alive for worker in workers):
+    if pool.broken():
         _stop("a worker process died")
 
 
 def warm_pool() -> None:
-    """Start the workers now (milliseconds: they import torch and Triton on their own)."""
-    _workers()
+    """Start the workers now (milliseconds here: the zygote imports torch and Triton on its
+    own, then forks them)."""
+    _started_pool()
 
 
 def is_warm() -> bool:
     """Whether workers were started (:func:`warm_pool`) and none has failed."""
-    return bool(_pool)
+    return _pool is not None
 
 
-def _workers() -> list[_Worker]:
-    """The workers, started on first use; none once stopped or where there is one core."""
+def _started_pool() -> _Pool | None:
+    """The pool, started on first use; none once stopped, with one core, or without
+    ``fork``."""
     global _pool
     with _pool_lock:
-        if _pool is None and not _stopped:
+        count = min(MAX_WORKERS, os.cpu_count() or 1) - 1  # this process compiles too
+        if _pool is None and not _stopped and count > 0 and hasattr(os, "fork"):
             from triton.runtime import driver
 
-            count = min(MAX_WORKERS, os.cpu_count() or 1)
-            target = pickle.dumps(driver.active.get_current_target())
-            _pool = [_Worker(target) for _ in range(count)] if count > 1 else []
-        return _pool or []
+            try:
+                _pool = _Pool(pickle.dumps(driver.active.get_current_target()), count)
+            except OSError as e:  # no Unix socket here (a temporary folder's path too long)
+                logs.log.warning("Triton compile workers: not started (%s)", e)
+        return _pool
 
 
 def _stop(why: str) -> None:
@@ -133,44 +158,108 @@ def _stop(why: str) -> None:
     global _pool, _stopped
     logs.log.warning("Triton compile workers: %s; compiling in this process from now on", why)
     with _pool_lock:
-        for worker in _pool or []:
-            worker.close()
+        if _pool is not None:
+            _pool.close()
         _pool, _stopped = None, True
 
 
-class _Worker:
-    """One worker process (``python -m`` this module), fed pickled jobs through a pipe.
+def _drain_here(todo: queue.SimpleQueue, device: int | None) -> tuple[int, int, float]:
+    """Compile jobs from ``todo`` in this thread until it is empty, for CUDA ``device``'s
+    target (this process's driver asks the thread's current device); returns (compiled,
+    failed, seconds spent compiling)."""
+    compiled = failed = 0
+    seconds = 0.0
+    modules: dict[str, Any] = {}
+    on_device = torch.cuda.device(device) if device is not None else contextlib.nullcontext()
+    with on_device:
+        while True:
+            try:
+                job = todo.get_nowait()
+            except queue.Empty:
+                return compiled, failed, seconds
+            error, took = timed_compile(dataclasses.astuple(job), None, modules)
+            compiled, failed, seconds = (
+                compiled + (error is None),
+                failed + (error is not None),
+                seconds + took,
+            )
+            if error is not None:
+                logs.artifact("output_code", "a Triton compile failed: %s", error)
+
+
+class _Pool:
+    """The zygote (``python -m`` this module): it imports torch and Triton once, compiles a
+    kernel to warm Triton's compiler, then forks ``count`` workers that connect back to a
+    Unix socket of this process.
 
     A plain subprocess, not ``multiprocessing``: its spawned children run the user's main
     script again, which a script without an ``if __name__ == "__main__"`` guard can't bear.
+    Forked from the zygote, which has no CUDA context, the workers share its imports and its
+    warm compiler: 16 of them are ready in a third of a second, where 16 processes importing
+    torch at once took 4-5 s on the H200 machine, and each one's first compile 0.6 s.
     """
 
-    def __init__(self, target: bytes):
+    def __init__(self, target: bytes, count: int):
+        self._folder = tempfile.mkdtemp(prefix="torchkiln-triton-workers-")
+        atexit.register(shutil.rmtree, self._folder, ignore_errors=True)
+        address = os.path.join(self._folder, "socket")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(address)
+        self.listener.listen(count)
+        self.listener.settimeout(ACCEPT_POLL_S)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
+        script = os.path.join(os.path.dirname(__file__), "triton_compile_worker.py")
+        # run by path, not ``-m``: importing this package would import torch (seconds)
+        run = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-c", run, script], stdin=subprocess.PIPE, env=env
         )
-        self.alive = True
-        self._send(target)
+        write_frame(self.zygote.stdin, pickle.dumps((target, address, count)))
+        self.zygote.stdin.close()
+        self.workers = [_Worker(self) for _ in range(count)]
+
+    def failed_to_start(self) -> bool:
+        """Whether the zygote exited with an error (it exits with 0 once it has forked)."""
+        return self.zygote.poll() not in (None, 0)
+
+    def broken(self) -> bool:
+        return self.failed_to_start() or any(w.died for w in self.workers)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+        self.listener.close()
+        if self.zygote.poll() is None:
+            self.zygote.kill()
+        self.zygote.wait()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+class _Worker:
+    """This process's end of one forked worker, fed pickled jobs through its connection,
+    which it takes from the pool's socket when it first has a job to give."""
+
+    def __init__(self, pool: _Pool):
+        self._pool = pool
+        self._stream: Any = None
+        self._pid: int | None = None
+        self.died = False
 
     def drain(self, todo: queue.SimpleQueue, cache_dir: str | None) -> tuple[int, int, float]:
         """Compile jobs from ``todo`` until it is empty; returns (compiled, failed, seconds
         spent compiling)."""
         compiled = failed = 0
         seconds = 0.0
-        while self.alive:
+        while not self.died and self._connected(todo):
             try:
                 job = todo.get_nowait()
             except queue.Empty:
                 break
             try:
-                self._send(pickle.dumps((job, cache_dir)))
-                error, took = pickle.loads(self._receive())
+                write_frame(self._stream, pickle.dumps((dataclasses.astuple(job), cache_dir)))
+                error, took = pickle.loads(read_frame(self._stream))
             except (OSError, EOFError, pickle.UnpicklingError):
-                self.alive = False
+                self.died = True
                 todo.put(job)  # another worker, or this process, compiles it
                 break
             if error is None:
@@ -181,105 +270,25 @@ class _Worker:
             seconds += took
         return compiled, failed, seconds
 
+    def _connected(self, todo: queue.SimpleQueue) -> bool:
+        """Whether this worker is connected, waiting for it while jobs are left."""
+        while self._stream is None:
+            if todo.empty() or self._pool.failed_to_start():
+                return False
+            try:
+                connection, _ = self._pool.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # the pool was closed
+                return False
+            connection.settimeout(None)
+            self._stream = connection.makefile("rwb")
+            (self._pid,) = struct.unpack("<Q", read_frame(self._stream))
+        return True
+
     def close(self) -> None:
-        self.alive = False
-        self.process.kill()
-        self.process.wait()
-
-    def _send(self, data: bytes) -> None:
-        self.process.stdin.write(struct.pack("<Q", len(data)) + data)
-        self.process.stdin.flush()
-
-    def _receive(self) -> bytes:
-        return _read_frame(self.process.stdout)
-
-
-def _read_frame(stream: Any) -> bytes:
-    header = stream.read(8)
-    if len(header) < 8:
-        raise EOFError("the other end closed the pipe")
-    (size,) = struct.unpack("<Q", header)
-    data = stream.read(size)
-    if len(data) < size:
-        raise EOFError("the other end closed the pipe")
-    return data
-
-
-class CompileOnlyDriver:
-    """The Triton driver of a worker: the parent's target, device 0 and the null stream,
-    which is all ``warmup`` asks of a driver; nothing that needs a CUDA context."""
-
-    def __init__(self, target: Any):
-        self.target = target
-
-    def get_current_target(self) -> Any:
-        return self.target
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-
-def _serve() -> None:
-    """A worker's loop: the target, then jobs; each answered with None or the error's text,
-    and the seconds it took."""
-    # imported before the first job (torch alone takes seconds), while the parent traces
-    import torch  # noqa: F401
-    import triton.compiler  # noqa: F401
-    from triton.runtime import driver
-
-    requests, replies = sys.stdin.buffer, sys.stdout.buffer
-    driver.set_active(CompileOnlyDriver(pickle.loads(_read_frame(requests))))
-    modules: dict[str, Any] = {}
-    while True:
-        try:
-            job, cache_dir = pickle.loads(_read_frame(requests))
-        except EOFError:
-            return
-        start = time.monotonic()
-        try:
-            _compile(job, cache_dir, modules)
-            error = None
-        except Exception as e:  # the parent compiles it itself and reports it there
-            error = f"{type(e).__name__}: {e}"
-        data = pickle.dumps((error, time.monotonic() - start))
-        replies.write(struct.pack("<Q", len(data)) + data)
-        replies.flush()
-
-
-def _compile(job: CompileJob, cache_dir: str | None, modules: dict[str, Any]) -> None:
-    """In a worker: compile ``job`` into Triton's disk cache."""
-    import torch
-
-    if cache_dir is not None:
-        os.environ["TRITON_CACHE_DIR"] = cache_dir
-    module = modules.get(job.path)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(os.path.basename(job.path)[:-3], job.path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        modules[job.path] = module
-    fn = getattr(module, job.name)
-    options: dict[str, Any] = {"num_warps": job.num_warps, **compile_options(fn)}
-    if job.num_stages is not None:
-        options["num_stages"] = job.num_stages
-    dtypes = [getattr(torch, d) for d in job.dtypes]
-    kernel = fn.warmup(*dtypes, grid=job.grid, **options, **dict(job.meta))
-    _build_launcher(kernel)
-
-
-def _build_launcher(kernel: Any) -> None:
-    """Build the C launcher that Triton up to 3.6 makes for a kernel's signature when the
-    parent first loads it (Triton's cache keys it on its source). Later Triton launches
-    every kernel through one prebuilt launcher: nothing to build."""
-    from triton.backends.nvidia import driver as nvidia
-
-    if hasattr(nvidia, "make_launcher"):
-        nvidia.CudaLauncher(kernel.src, kernel.metadata)
-
-
-if __name__ == "__main__":
-    _serve()
+        if self._pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self._pid, signal.SIGKILL)
+        if self._stream is not None:
+            self._stream.close()

@@ -26,6 +26,7 @@ from inductor_testing import check, compile_fn
 from torchkiln_inductor.autotune.configs import candidates
 from torchkiln_inductor.codegen.triton import _ROUND_BF16
 from torchkiln_inductor.codegen.triton_launch import launcher_for
+from torchkiln_inductor.codegen.triton_libdevice import libdevice_binding
 
 pytest.importorskip("triton", reason="triton is not installed")
 
@@ -247,7 +248,7 @@ def _ttir(compiled, tmp_path) -> dict[str, str]:
     the prelude's GPU variants swapped in)."""
     pytest.importorskip("triton.backends.nvidia.compiler", reason="no CUDA backend in triton")
     source = compiled.artifact.triton.source.replace(_ROUND_BF16[True], _ROUND_BF16[False])
-    source = source.replace("load_libdevice(interpreted=True)", "load_libdevice(interpreted=False)")
+    source = source.replace(libdevice_binding(True), libdevice_binding(False))
     path = tmp_path / "kernels.py"
     path.write_text(source)
     launches = [

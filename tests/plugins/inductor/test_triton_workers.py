@@ -6,6 +6,7 @@ through the compile-only driver; Triton's wheel carries ``ptxas``.
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from triton.runtime import driver  # noqa: E402
 
 from torchkiln import counters  # noqa: E402
 from torchkiln_inductor.codegen import triton_workers  # noqa: E402
+from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver  # noqa: E402
 
 KERNELS = """
 import triton
@@ -34,6 +36,13 @@ def add_one(x_ptr, y_ptr, XBLOCK: tl.constexpr):
 
 
 @triton.jit
+def mixed(x_ptr, i_ptr, m_ptr, y_ptr, XBLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    v = tl.load(x_ptr + offsets).to(tl.float32) + tl.load(i_ptr + offsets).to(tl.float32)
+    tl.store(y_ptr + offsets, tl.where(tl.load(m_ptr + offsets), v, 0.0).to(tl.bfloat16))
+
+
+@triton.jit
 def broken(x_ptr, XBLOCK: tl.constexpr):
     tl.store(x_ptr + tl.arange(0, XBLOCK), undefined_name)
 """
@@ -42,14 +51,17 @@ def broken(x_ptr, XBLOCK: tl.constexpr):
 @pytest.fixture
 def sm90(tmp_path, monkeypatch):
     """An H100's target in this process too, compiled kernels (not interpreted), a fresh
-    Triton cache, and the workers stopped after."""
+    Triton cache, and the workers stopped after. Only the workers compile: the test suite
+    imported Triton's language to interpret it (``TRITON_INTERPRET=1``), so nothing
+    compiles in this process (``SELF_AND_WORKERS`` covers this process's share)."""
+    monkeypatch.setattr(triton_workers, "_drain_here", lambda todo, device: (0, 0, 0.0))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # compile: the test suite interprets
-    driver.set_active(triton_workers.CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
+    driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
     yield tmp_path / "triton"
     driver._active = None  # the real driver again, on next use
-    for worker in triton_workers._pool or []:
-        worker.close()
+    if triton_workers._pool is not None:
+        triton_workers._pool.close()
     triton_workers._pool, triton_workers._stopped = None, False
 
 
@@ -72,36 +84,51 @@ def job(fn, warps):
     )
 
 
-#: This process's side, in a process of its own: the test suite imported Triton's language
-#: to interpret it (``TRITON_INTERPRET=1``), so nothing compiles here.
+#: This process's side, in a process of its own (see ``sm90``).
 LAUNCHER_SIDE = """
 import importlib.util, sys, torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from torchkiln_inductor.codegen.triton_workers import CompileOnlyDriver
+from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver
 driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
 spec = importlib.util.spec_from_file_location("kiln_kernels", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-for warps in map(int, sys.argv[2:]):
+mixed = sys.argv[2] == "mixed"
+for warps in map(int, sys.argv[3:]):
     module.add_one.warmup(torch.float32, torch.float32, grid=(4,), num_warps=warps, XBLOCK=128)
+    if mixed:
+        dtypes = (torch.bfloat16, torch.int64, torch.bool, torch.bfloat16)
+        module.mixed.warmup(*dtypes, grid=(4,), num_warps=warps, XBLOCK=128)
 """
 
 
-def compile_as_a_launcher(module, *warps):
+def compile_as_a_launcher(module, *warps, mixed=False):
+    """Compile ``add_one`` (and ``mixed``) as a launcher does, in a process that compiles
+    (``TRITON_INTERPRET`` unset), into the ``TRITON_CACHE_DIR`` of this process."""
     path = module.__file__
-    done = subprocess.run([sys.executable, "-c", LAUNCHER_SIDE, path, *map(str, warps)])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    command = [sys.executable, "-c", LAUNCHER_SIDE, path, "mixed" if mixed else "plain"]
+    done = subprocess.run(command + [str(w) for w in warps], env=env)
     assert done.returncode == 0
 
 
+def mixed_job(fn, warps):
+    dtypes = (torch.bfloat16, torch.int64, torch.bool, torch.bfloat16)
+    return triton_workers.compile_job(fn, dtypes, (4,), {"XBLOCK": 128}, warps, None)
+
+
 def test_worker_compiles_are_loaded_not_recompiled(sm90, tmp_path):
+    """Workers compile without torch (dtypes by name): the launcher, with torch's dtypes,
+    computes the same cache keys."""
     module = kernels(tmp_path)
     before = counters["triton_workers"]["compiled"]
-    triton_workers.precompile([job(module.add_one, warps) for warps in (2, 4, 8)])
-    assert counters["triton_workers"]["compiled"] == before + 3
+    jobs = [job(module.add_one, warps) for warps in (2, 4, 8)]
+    triton_workers.precompile(jobs + [mixed_job(module.mixed, warps) for warps in (2, 4, 8)])
+    assert counters["triton_workers"]["compiled"] == before + 6
     filled = entries(sm90)
     assert filled > 0
-    compile_as_a_launcher(module, 2, 4, 8)  # found in the cache: nothing new written
+    compile_as_a_launcher(module, 2, 4, 8, mixed=True)  # found in the cache: nothing new
     assert entries(sm90) == filled
     compile_as_a_launcher(module, 1)  # a config no worker compiled: the check above can fail
     assert entries(sm90) > filled
@@ -113,3 +140,44 @@ def test_a_failed_worker_compile_is_counted_not_raised(sm90, tmp_path):
     bad = triton_workers.compile_job(module.broken, (torch.float32,), (1,), {"XBLOCK": 16}, 4, None)
     triton_workers.precompile([bad, job(module.add_one, 4)])
     assert counters["triton_workers"]["failed"] == before + 1
+
+
+#: ``precompile`` in a process that compiles too (not interpreted), as on the GPU machine:
+#: it takes jobs from the start, while the zygote starts, and alongside the workers
+SELF_AND_WORKERS = """
+import importlib.util, json, sys, torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from torchkiln import counters
+from torchkiln_inductor.codegen import triton_workers
+from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver
+driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
+spec = importlib.util.spec_from_file_location("kiln_kernels", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+jobs = [
+    triton_workers.compile_job(
+        module.add_one, (torch.float32, torch.float32), (4,), {"XBLOCK": block}, warps, None
+    )
+    for block in (64, 128, 256) for warps in (1, 2, 4, 8)
+]
+triton_workers.precompile(jobs)
+print(json.dumps(dict(counters["triton_workers"])))
+"""
+
+
+def test_this_process_compiles_alongside_the_workers(tmp_path):
+    """Every job compiles, here or in a worker, into the cache a launcher then loads from."""
+    module = kernels(tmp_path)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    env.pop("TRITON_INTERPRET", None)
+    command = [sys.executable, "-c", SELF_AND_WORKERS, module.__file__]
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    counted = json.loads(done.stdout.splitlines()[-1])
+    assert counted["compiled"] == 12 and counted["failed"] == 0
+    assert 0 < counted["compiled_here"] <= 12
+    filled = entries(tmp_path / "triton")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+        compile_as_a_launcher(module, 1, 2, 4, 8)  # XBLOCK=128: found, nothing new written
+    assert entries(tmp_path / "triton") == filled

@@ -1,0 +1,206 @@
+"""The compiling side of Triton's compile workers (``triton_workers`` is this process's side).
+
+It runs as a script in the zygote and the workers it forks, and imports only Triton and the
+standard library: torch took 3.5-5 s to import on the H200 machine (Triton a fraction of a
+second), and the generated kernel modules need only Triton (``triton_libdevice``). This
+process compiles jobs with the same functions, so that both compute the same cache key.
+
+A job is a tuple ``(path, name, dtypes, grid, meta, num_warps, num_stages)``: kernel
+``name`` of the module at ``path``, for aligned pointers to ``dtypes`` (torch's names:
+``float32``), with its block sizes (``meta``: name, value pairs) and launch options.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import time
+from typing import Any
+
+Job = tuple  # (path, name, dtypes, grid, meta, num_warps, num_stages)
+
+
+def compile_options(fn: Any) -> dict[str, bool]:
+    """Triton options beyond warps and stages. A kernel that checks run-time indices
+    (``@triton.jit(debug=True)``, which keeps ``tl.device_assert``) is compiled without
+    Triton's integer-overflow checks, which ``debug`` would also add: they would flag the
+    wrap-around of int32 arithmetic that eager allows, and slow the kernel."""
+    return {"sanitize_overflow": False} if getattr(fn, "debug", False) else {}
+
+
+class dtype:  # the name Triton recognizes
+    """Stands for ``torch.<name>`` where Triton's ``warmup`` takes a pointer argument's
+    dtype: Triton knows a dtype by its class's name and module (``MockTensor.wrap_dtype``)
+    and reads the pointer's type off ``str(dtype)``, so a worker compiles without torch.
+    Make them with :func:`dtype_named` only: Triton remembers each dtype's type by the
+    object's address, as torch's dtypes never die, so one freed and another made at its
+    address would be given the first's type."""
+
+    __module__ = "torch"
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+    __str__ = __repr__
+
+
+_DTYPES: dict[str, dtype] = {}
+
+
+def dtype_named(name: str) -> dtype:
+    """The one :class:`dtype` of ``name``, kept for the life of the process."""
+    if name not in _DTYPES:
+        _DTYPES[name] = dtype(name)
+    return _DTYPES[name]
+
+
+class CompileOnlyDriver:
+    """The Triton driver of a worker: the parent's target, device 0 and the null stream,
+    which is all ``warmup`` asks of a driver; nothing that needs a CUDA context."""
+
+    def __init__(self, target: Any):
+        self.target = target
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+
+def timed_compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> tuple:
+    """Compile ``job`` into Triton's disk cache (``cache_dir``, else the environment's);
+    returns the error's text (None: compiled) and the seconds it took. ``modules``: the
+    kernel modules loaded so far, by path."""
+    start = time.monotonic()
+    try:
+        _compile(job, cache_dir, modules)
+        error = None
+    except Exception as e:  # the launcher compiles it again and reports it there
+        error = f"{type(e).__name__}: {e}"
+    return error, time.monotonic() - start
+
+
+def _compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> None:
+    path, name, dtypes, grid, meta, num_warps, num_stages = job
+    if cache_dir is not None:
+        os.environ["TRITON_CACHE_DIR"] = cache_dir
+    module = modules.get(path)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules[path] = module
+    fn = getattr(module, name)
+    options: dict[str, Any] = {"num_warps": num_warps, **compile_options(fn)}
+    if num_stages is not None:
+        options["num_stages"] = num_stages
+    kernel = fn.warmup(*map(dtype_named, dtypes), grid=grid, **options, **dict(meta))
+    _build_launcher(kernel)
+
+
+def _build_launcher(kernel: Any) -> None:
+    """Build the C launcher that Triton up to 3.6 makes for a kernel's signature when the
+    parent first loads it (Triton's cache keys it on its source). Later Triton launches
+    every kernel through one prebuilt launcher: nothing to build."""
+    from triton.backends.nvidia import driver as nvidia
+
+    if hasattr(nvidia, "make_launcher"):
+        nvidia.CudaLauncher(kernel.src, kernel.metadata)
+
+
+def write_frame(stream: Any, data: bytes) -> None:
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def read_frame(stream: Any) -> bytes:
+    header = stream.read(8)
+    if len(header) < 8:
+        raise EOFError("the other end closed the connection")
+    (size,) = struct.unpack("<Q", header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the other end closed the connection")
+    return data
+
+
+def _zygote() -> None:
+    """The zygote's life: warm Triton's compiler, fork the workers, exit."""
+    from triton.runtime import driver
+
+    target, address, count = pickle.loads(read_frame(sys.stdin.buffer))
+    driver.set_active(CompileOnlyDriver(pickle.loads(target)))
+    _warm_up()
+    for _ in range(count):
+        if os.fork() == 0:
+            try:
+                _serve(address)
+            finally:
+                os._exit(0)
+
+
+def _serve(address: str) -> None:
+    """A worker's life: connect, say its pid, then answer each job with ``timed_compile``'s
+    result until the parent closes the connection."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(address)
+    stream = connection.makefile("rwb")
+    write_frame(stream, struct.pack("<Q", os.getpid()))
+    modules: dict[str, Any] = {}
+    while True:
+        try:
+            job, cache_dir = pickle.loads(read_frame(stream))
+        except (EOFError, OSError):
+            return
+        write_frame(stream, pickle.dumps(timed_compile(job, cache_dir, modules)))
+
+
+#: what the zygote compiles before it forks: Triton's imports, its backend's first-use setup
+#: and a first C launcher's build (0.6 s in a fresh process) are then done for every worker
+WARM_UP_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def warm_up(x_ptr, y_ptr, XBLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    x = tl.load(x_ptr + offsets).to(tl.float32)
+    tl.store(y_ptr + offsets, tl.exp(x) - tl.sum(x, 0))
+"""
+
+
+def _warm_up() -> None:
+    folder = tempfile.mkdtemp(prefix="torchkiln-triton-warm-up-")
+    path = os.path.join(folder, "kiln_warm_up.py")
+    with open(path, "w") as f:
+        f.write(WARM_UP_KERNEL)
+    cache_dir = os.environ.get("TRITON_CACHE_DIR")
+    try:
+        timed_compile(
+            (path, "warm_up", ("bfloat16",) * 2, (1,), (("XBLOCK", 128),), 4, None), folder, {}
+        )
+    finally:
+        if cache_dir is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = cache_dir
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    _zygote()
