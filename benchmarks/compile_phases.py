@@ -106,6 +106,7 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self.intervals: dict[str, list[tuple[float, float]]] = {p: [] for p in PHASES}
+        self._replaced: list[tuple[object, str, object]] = []
         self._lock = threading.Lock()
 
     def wrap(self, phase: str, fn):
@@ -132,12 +133,17 @@ class PhaseClock:
                     owner = getattr(owner, part)
                 original = getattr(owner, name)
                 timed = self.wrap(phase, original)
-                setattr(owner, name, timed)
-                if path:
-                    continue
-                for module in list(sys.modules.values()):
-                    if getattr(module, name, None) is original:
-                        setattr(module, name, timed)
+                holders = [owner] if path else list(sys.modules.values())
+                for holder in holders:
+                    if getattr(holder, name, None) is original:
+                        setattr(holder, name, timed)
+                        self._replaced.append((holder, name, original))
+
+    def uninstall(self) -> None:
+        """Put every replaced function back."""
+        for holder, name, original in reversed(self._replaced):
+            setattr(holder, name, original)
+        self._replaced.clear()
 
     def seconds(self) -> dict[str, float]:
         out = {}
@@ -152,25 +158,41 @@ class PhaseClock:
 
 
 def child(model: str, backend: str, case: str, device: str, size: str, sample: int) -> dict:
+    """One row in this process: its first and steady steps, phases and counters (kiln), and
+    the ``sample`` functions its first step's stack showed most."""
+    import torchkiln  # noqa: F401  (imported before the clock, as a user's program would)
+
+    clock = None
+    if backend.startswith("kiln"):
+        importlib.import_module("torchkiln_inductor.compile_fx")
+        clock = PhaseClock()
+        clock.install()
+    try:
+        result = _steps(model, backend, case, device, size, sample)
+    finally:
+        if clock is not None:
+            clock.uninstall()
+    if clock is not None:
+        from torchkiln import counters
+
+        result["phases"] = clock.seconds()
+        result["counters"] = {group: dict(values) for group, values in counters.items()}
+    return result
+
+
+def _steps(model: str, backend: str, case: str, device: str, size: str, sample: int) -> dict:
     import torch
 
-    import torchkiln  # noqa: F401  (imported before the clock, as a user's program would)
     from benchmarks.cases import make_workload
     from benchmarks.models import MODELS
     from benchmarks.rows import on_device
     from benchmarks.variants import parse_variant
 
     cuda = device == "cuda"
-    clock = None
-    if backend.startswith("kiln"):
-        importlib.import_module("torchkiln_inductor.compile_fx")
-        clock = PhaseClock()
-        clock.install()
     built = MODELS[model].build(size)
     built = on_device(built, torch.device(device), torch.bfloat16 if cuda else torch.float32)
-    work = make_workload(
-        built.module, parse_variant(backend).compile(built.module), built.inputs, case
-    )
+    compiled = parse_variant(backend).compile(built.module)
+    work = make_workload(built.module, compiled, built.inputs, case)
 
     def step() -> float:
         start = time.perf_counter()
@@ -186,14 +208,8 @@ def child(model: str, backend: str, case: str, device: str, size: str, sample: i
     if sampler:
         sampler.stop()
     steady = statistics.median(step() for _ in range(STEADY_STEPS))
-    result = {"first": first, "steady": steady, "phases": {}, "counters": {}}
-    result["samples"] = sampler.top(sample) if sampler else []
-    if clock is not None:
-        from torchkiln import counters
-
-        result["phases"] = clock.seconds()
-        result["counters"] = {group: dict(values) for group, values in counters.items()}
-    return result
+    samples = sampler.top(sample) if sampler else []
+    return {"first": first, "steady": steady, "phases": {}, "counters": {}, "samples": samples}
 
 
 def run_child(model: str, backend: str, case: str, device: str, size: str, sample: int) -> dict:

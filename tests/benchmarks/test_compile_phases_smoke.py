@@ -1,0 +1,35 @@
+"""``benchmarks.compile_phases`` still runs: its phases are found, timed, and counted once."""
+
+import pytest
+
+from benchmarks import compile_phases
+
+
+def test_a_phase_counts_nested_and_overlapping_calls_once():
+    clock = compile_phases.PhaseClock()
+    phase = "AOT trace"
+    clock.intervals[phase] = [(0.0, 2.0), (0.5, 1.0), (1.5, 3.0), (5.0, 6.0)]
+    assert clock.seconds()[phase] == pytest.approx(4.0)
+
+
+def test_a_cold_training_step_is_split_into_its_phases(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))  # cold: nothing compiled before
+    result = compile_phases.child("mlp", "kiln:inductor", "training", "cpu", "tiny", sample=5)
+    phases = result["phases"]
+    for phase in ("capture (bytecode to FX)", "AOT trace", "AOT partition"):
+        assert phases[phase] > 0, phase
+    assert phases["backward compile (at first backward)"] > 0
+    assert result["first"] > result["steady"] > 0
+    assert result["samples"]  # the main thread's stack was sampled
+
+
+def test_the_timed_functions_are_put_back():
+    from torchkiln.aot import api, partition
+
+    before = partition.min_cut_partition, api.min_cut_partition
+    clock = compile_phases.PhaseClock()
+    clock.install()
+    assert partition.min_cut_partition is not before[0]
+    assert api.min_cut_partition is partition.min_cut_partition  # the copy imported too
+    clock.uninstall()
+    assert (partition.min_cut_partition, api.min_cut_partition) == before
