@@ -135,7 +135,9 @@ class PhaseClock:
                 timed = self.wrap(phase, original)
                 holders = [owner] if path else list(sys.modules.values())
                 for holder in holders:
-                    if getattr(holder, name, None) is original:
+                    # its own dict, not getattr: a lazy module (transformers') imports on a
+                    # missing attribute
+                    if getattr(holder, "__dict__", {}).get(name) is original:
                         setattr(holder, name, timed)
                         self._replaced.append((holder, name, original))
 

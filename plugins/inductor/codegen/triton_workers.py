@@ -243,25 +243,30 @@ class _Worker:
         self._pool = pool
         self._stream: Any = None
         self._pid: int | None = None
+        self._lock = threading.Lock()
         self.died = False
 
     def drain(self, todo: queue.SimpleQueue, cache_dir: str | None) -> tuple[int, int, float]:
         """Compile jobs from ``todo`` until it is empty; returns (compiled, failed, seconds
-        spent compiling)."""
+        spent compiling). Two threads compiling graphs at once share the worker, a job at a
+        time."""
         compiled = failed = 0
         seconds = 0.0
-        while not self.died and self._connected(todo):
-            try:
-                job = todo.get_nowait()
-            except queue.Empty:
-                break
-            try:
-                write_frame(self._stream, pickle.dumps((dataclasses.astuple(job), cache_dir)))
-                error, took = pickle.loads(read_frame(self._stream))
-            except (OSError, EOFError, pickle.UnpicklingError):
-                self.died = True
-                todo.put(job)  # another worker, or this process, compiles it
-                break
+        while True:
+            with self._lock:
+                if self.died or not self._connected(todo):
+                    break
+                try:
+                    job = todo.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    write_frame(self._stream, pickle.dumps((dataclasses.astuple(job), cache_dir)))
+                    error, took = pickle.loads(read_frame(self._stream))
+                except (OSError, EOFError, pickle.UnpicklingError):
+                    self.died = True
+                    todo.put(job)  # another worker, or this process, compiles it
+                    break
             if error is None:
                 compiled += 1
             else:
@@ -283,7 +288,11 @@ class _Worker:
                 return False
             connection.settimeout(None)
             self._stream = connection.makefile("rwb")
-            (self._pid,) = struct.unpack("<Q", read_frame(self._stream))
+            try:
+                (self._pid,) = struct.unpack("<Q", read_frame(self._stream))
+            except (OSError, EOFError):  # it died as it started
+                self.died = True
+                return False
         return True
 
     def close(self) -> None:
