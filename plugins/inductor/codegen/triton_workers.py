@@ -211,8 +211,11 @@ class _Pool:
         script = os.path.join(os.path.dirname(__file__), "triton_compile_worker.py")
         # run by path, not ``-m``: importing this package would import torch (seconds)
         run = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
-        self.zygote = subprocess.Popen(
-            [sys.executable, "-c", run, script], stdin=subprocess.PIPE, env=env
+        self.zygote = subprocess.Popen(  # stdout is this process's output alone
+            [sys.executable, "-c", run, script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            env=env,
         )
         write_frame(self.zygote.stdin, pickle.dumps((target, address, count)))
         self.zygote.stdin.close()
