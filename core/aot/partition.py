@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.fx as fx
 
+from torchkiln.aot.mincut import FlowNetwork
 from torchkiln.aot.recompute import is_recomputable, saved_bytes
 from torchkiln.effects import is_effect
 
@@ -190,12 +191,10 @@ def min_cut_partition(
     would). A value whose every backward reader is such a node is never recomputed
     (:func:`_written_for_others`).
     """
-    import networkx as nx  # here, not at import: it costs a warm start 0.15 s
-
     fw_outs, bw_outs = _split_outputs(joint_gm, num_fwd_outputs)
     dependent = _tangent_dependent(joint_gm)
     needed = _ancestors(fw_outs + bw_outs, stop=set())
-    network = nx.DiGraph()
+    network = FlowNetwork()
     for node in joint_gm.graph.nodes:
         if node not in needed or node in dependent or node.op == "output":
             continue
@@ -221,7 +220,7 @@ def min_cut_partition(
     if "sink" not in network or "source" not in network:
         saved: set[fx.Node] = set()  # backward reads nothing it cannot rebuild
     else:
-        _, (source_side, _) = nx.minimum_cut(network, "source", "sink")
+        source_side = network.source_side("source", "sink")
         saved = {
             node
             for node in needed - dependent
