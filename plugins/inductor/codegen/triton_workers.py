@@ -142,7 +142,7 @@ def _started_pool() -> _Pool | None:
     ``fork``."""
     global _pool
     with _pool_lock:
-        count = min(MAX_WORKERS, os.cpu_count() or 1) - 1  # this process compiles too
+        count = min(MAX_WORKERS, _usable_cores()) - 1  # this process compiles too
         if _pool is None and not _stopped and count > 0 and hasattr(os, "fork"):
             from triton.runtime import driver
 
@@ -151,6 +151,13 @@ def _started_pool() -> _Pool | None:
             except OSError as e:  # no Unix socket here (a temporary folder's path too long)
                 logs.log.warning("Triton compile workers: not started (%s)", e)
         return _pool
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (a container's or ``taskset``'s share)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _stop(why: str) -> None:
