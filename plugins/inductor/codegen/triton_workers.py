@@ -17,8 +17,8 @@ compile-only Triton driver (no CUDA context, no device memory). A job that fails
 worker costs nothing but the time: this process compiles it itself and reports the
 failure where it always did.
 
-The workers are forked from a zygote process that imported torch and Triton and compiled a
-first kernel (this process has a CUDA context: it can't fork); they connect back over a
+The workers are forked from a zygote process that imported Triton and compiled a first
+kernel (this process has a CUDA context: it can't fork); they connect back over a
 Unix socket and live as long as this process. One that dies stops them all. :func:`warm_pool`
 starts the zygote when a CUDA graph's compile begins, so that its imports overlap the
 tracing and lowering before the first kernel is ready; until workers connect, this
@@ -127,8 +127,8 @@ def precompile(jobs: list[CompileJob]) -> None:
 
 
 def warm_pool() -> None:
-    """Start the workers now (milliseconds here: the zygote imports torch and Triton on its
-    own, then forks them)."""
+    """Start the workers now (milliseconds here: the zygote warms Triton on its own, then
+    forks them)."""
     _started_pool()
 
 
@@ -185,13 +185,12 @@ def _drain_here(todo: queue.SimpleQueue, device: int | None) -> tuple[int, int, 
             except queue.Empty:
                 return compiled, failed, seconds
             error, took = timed_compile(dataclasses.astuple(job), None, modules)
-            compiled, failed, seconds = (
-                compiled + (error is None),
-                failed + (error is not None),
-                seconds + took,
-            )
-            if error is not None:
+            if error is None:
+                compiled += 1
+            else:
+                failed += 1
                 logs.artifact("output_code", "a Triton compile failed: %s", error)
+            seconds += took
 
 
 class _Pool:
