@@ -12,6 +12,7 @@ A job is a tuple ``(path, name, dtypes, grid, meta, num_warps, num_stages)``: ke
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import os
 import pickle
@@ -138,8 +139,22 @@ def read_frame(stream: Any) -> bytes:
     return data
 
 
+class TorchBlocker(importlib.abc.MetaPathFinder):
+    """Makes ``import torch`` fail in the zygote and its workers. Triton 3.6's argument
+    specializer imports torch when it first runs, to recognize torch's tensors quickly, and
+    goes on without it where the import fails; the workers only ever pass it stand-ins
+    (:func:`dtype_named`), which it handles alike either way. Blocked, the zygote is ready
+    in about half a second on the H200 machine instead of five."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"{name}: not imported in a Triton compile worker")
+        return None
+
+
 def _zygote() -> None:
     """The zygote's life: warm Triton's compiler, fork the workers, exit."""
+    sys.meta_path.insert(0, TorchBlocker())
     from triton.runtime import driver
 
     target, address, count = pickle.loads(read_frame(sys.stdin.buffer))

@@ -195,8 +195,8 @@ def _drain_here(todo: queue.SimpleQueue, device: int | None) -> tuple[int, int, 
 
 class _Pool:
     """The zygote (``triton_compile_worker.py``, run as a script): it imports Triton once
-    (Triton 3.6 imports torch at its first compile), compiles a kernel to warm Triton's
-    compiler, then forks ``count`` workers that connect back to a Unix socket of this process.
+    (and never torch: ``TorchBlocker``), compiles a kernel to warm Triton's compiler, then
+    forks ``count`` workers that connect back to a Unix socket of this process.
 
     A plain subprocess, not ``multiprocessing``: its spawned children run the user's main
     script again, which a script without an ``if __name__ == "__main__"`` guard can't bear.

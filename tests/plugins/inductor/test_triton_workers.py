@@ -142,6 +142,21 @@ def test_a_failed_worker_compile_is_counted_not_raised(sm90, tmp_path):
     assert counters["triton_workers"]["failed"] == before + 1
 
 
+def test_a_worker_never_imports_torch(sm90, tmp_path):
+    """Its start would take seconds (Triton 3.6 imports torch unless the import fails): a
+    kernel module that imports torch fails in a worker, a plain one compiles."""
+    module = kernels(tmp_path)
+    path = tmp_path / "kiln_needs_torch.py"
+    path.write_text("import torch\n" + KERNELS)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    needs_torch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(needs_torch)
+    before = dict(counters["triton_workers"])
+    triton_workers.precompile([job(needs_torch.add_one, 4), job(module.add_one, 4)])
+    assert counters["triton_workers"]["failed"] == before.get("failed", 0) + 1
+    assert counters["triton_workers"]["compiled"] == before.get("compiled", 0) + 1
+
+
 #: ``precompile`` in a process that compiles too (not interpreted), as on the GPU machine:
 #: it takes jobs from the start, while the zygote starts, and alongside the workers
 SELF_AND_WORKERS = """
