@@ -34,6 +34,7 @@ from ..scheduler import ExternStep, FusedKernel, Schedule
 from ..sizes import SymbolicUnsupported, is_static, size_text, symbols_of
 from ..templates import TemplateStep
 from .cpp import GeneratedKernel, raise_index_error
+from .extern_calls import binding_picks_only, python_binding
 from .triton import KernelLaunch
 
 
@@ -72,12 +73,16 @@ class WrapperCodegen:
             "_as_strided": torch.as_strided,
             "_fix_layout": _fix_layout,
             "_restride": _restride,
+            "_python_binding": python_binding,
             "raise_index_error": raise_index_error,
         }
         self.lines: list[str] = []
         self._consts = 0
         #: Names of the extern ``OpOverload``s the source calls (``generate`` binds their C ops).
         self._overloads: set[str] = set()
+        #: Those of them every call of which its Python binding runs (``extern_calls``).
+        self._bindings: set[str] = set()
+        self._not_bindings: set[str] = set()
 
     def const(self, value: Any) -> str:
         if value is None or isinstance(value, (bool, int, str)):
@@ -217,8 +222,12 @@ class WrapperCodegen:
             body.insert(dead_at[name], f"del {name}")
         body.append(f"return {self._outputs()}")
         out += ["    " + line for line in body]
-        # run once, when the source is bound: ``OpOverload.__call__`` only forwards to its C op
-        out += [f"{fn} = {fn}._op" for fn in sorted(self._overloads)]
+        # run once, when the source is bound: ``OpOverload.__call__`` only forwards to its C op,
+        # and torch's Python binding, where it can only run the same overload, is quicker
+        out += [
+            f"{fn} = _python_binding({fn})" if fn in self._bindings else f"{fn} = {fn}._op"
+            for fn in sorted(self._overloads)
+        ]
         return "\n".join(out) + "\n"
 
     def _size_symbols(self) -> list[str]:
@@ -307,6 +316,9 @@ class WrapperCodegen:
         self.namespace[fn] = ext.op
         if isinstance(ext.op, torch._ops.OpOverload):
             self._overloads.add(fn)
+            fits = binding_picks_only(ext.op, len(ext.args), ext.kwargs)
+            (self._bindings if fits else self._not_bindings).add(fn)
+            self._bindings -= self._not_bindings
         args = [self.arg_expr(a) for a in ext.args]
         args += [f"{k}={self.arg_expr(v)}" for k, v in ext.kwargs.items()]
         call = f"{fn}({', '.join(args)})"
