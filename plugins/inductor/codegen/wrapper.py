@@ -78,11 +78,10 @@ class WrapperCodegen:
         }
         self.lines: list[str] = []
         self._consts = 0
-        #: Names of the extern ``OpOverload``s the source calls (``generate`` binds their C ops).
-        self._overloads: set[str] = set()
-        #: Those of them every call of which its Python binding runs (``extern_calls``).
-        self._bindings: set[str] = set()
-        self._not_bindings: set[str] = set()
+        #: Names of the extern ``OpOverload``s the source calls, each with whether torch's
+        #: Python binding runs every call of it (``extern_calls``); ``generate`` binds each
+        #: name to that binding, or else to the overload's C op.
+        self._overloads: dict[str, bool] = {}
 
     def const(self, value: Any) -> str:
         if value is None or isinstance(value, (bool, int, str)):
@@ -225,8 +224,8 @@ class WrapperCodegen:
         # run once, when the source is bound: ``OpOverload.__call__`` only forwards to its C op,
         # and torch's Python binding, where it can only run the same overload, is quicker
         out += [
-            f"{fn} = _python_binding({fn})" if fn in self._bindings else f"{fn} = {fn}._op"
-            for fn in sorted(self._overloads)
+            f"{fn} = _python_binding({fn})" if binding else f"{fn} = {fn}._op"
+            for fn, binding in sorted(self._overloads.items())
         ]
         return "\n".join(out) + "\n"
 
@@ -315,10 +314,8 @@ class WrapperCodegen:
         fn = "".join(c if c.isalnum() else "_" for c in str(ext.op))
         self.namespace[fn] = ext.op
         if isinstance(ext.op, torch._ops.OpOverload):
-            self._overloads.add(fn)
             fits = binding_picks_only(ext.op, len(ext.args), ext.kwargs)
-            (self._bindings if fits else self._not_bindings).add(fn)
-            self._bindings -= self._not_bindings
+            self._overloads[fn] = self._overloads.get(fn, True) and fits
         args = [self.arg_expr(a) for a in ext.args]
         args += [f"{k}={self.arg_expr(v)}" for k, v in ext.kwargs.items()]
         call = f"{fn}({', '.join(args)})"
