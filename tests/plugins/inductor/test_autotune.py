@@ -18,11 +18,9 @@ import time
 import uuid
 from types import SimpleNamespace
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
-
 import pytest
 import torch
-from inductor_testing import check
+from inductor_testing import check, needs_interpreter
 
 import torchkiln
 from torchkiln import logs
@@ -165,6 +163,7 @@ def test_progress_bar_and_candidate_log(monkeypatch, caplog):
     assert terminal.getvalue() == ""
 
 
+@needs_interpreter
 def test_candidates_vary_loop_blocks_and_keep_persistent_ones():
     def fn(x, y):
         return x.sum(1), torch.softmax(y, -1)
@@ -183,6 +182,7 @@ def test_candidates_vary_loop_blocks_and_keep_persistent_ones():
     assert torchkiln.counters["autotune"]["tuned"] == 2
 
 
+@needs_interpreter
 def test_a_real_config_that_fails_is_skipped(monkeypatch):
     """XBLOCK=3 is no power of two: Triton refuses it at launch; the other configs stay."""
     candidates = configs.candidates
@@ -223,6 +223,7 @@ def _train_step(model, inputs):
     return outs
 
 
+@needs_interpreter
 def test_max_autotune_mode_matches_eager_with_tuning_on(monkeypatch):
     """mode="max-autotune-no-cudagraphs", CPU tensors sent through Triton's interpreter so that
     the kernels get tuned: outputs, gradients and the running stats as eager's."""
@@ -331,6 +332,7 @@ def _reductions(compiled) -> list:
     return [k for k in compiled.artifact.triton.launches if k.rnumels]
 
 
+@needs_interpreter
 def test_default_options_light_tune_reductions_not_pointwise_kernels(monkeypatch):
     timed = timed_in_order(monkeypatch, 1.0)
     compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
@@ -342,6 +344,7 @@ def test_default_options_light_tune_reductions_not_pointwise_kernels(monkeypatch
     assert len(timed) == torchkiln.counters["autotune"]["benchmarked"] == light
 
 
+@needs_interpreter
 def test_light_candidates_are_the_heuristic_then_one_halving_each():
     compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
     looped, persistent = sorted(_reductions(compiled), key=lambda k: -dict(k.rnumels)["RBLOCK0"])
@@ -365,6 +368,7 @@ def test_light_candidates_are_the_heuristic_then_one_halving_each():
     assert len(configs.light_candidates(looped)) < len(configs.candidates(looped))
 
 
+@needs_interpreter
 @pytest.mark.parametrize("step_ms, expected", [(1.0, 0), (-1.0, -1)], ids=["first", "last"])
 def test_light_tuning_keeps_the_fastest_candidate(monkeypatch, caplog, step_ms, expected):
     timed_in_order(monkeypatch, step_ms)
@@ -379,6 +383,7 @@ def test_light_tuning_keeps_the_fastest_candidate(monkeypatch, caplog, step_ms, 
         torch.testing.assert_close(actual, wanted)  # the winners run now
 
 
+@needs_interpreter
 def test_stored_light_winners_are_reused_without_benchmarking(monkeypatch):
     timed = timed_in_order(monkeypatch, -1.0)
     inputs = _three_inputs()
@@ -392,6 +397,7 @@ def test_stored_light_winners_are_reused_without_benchmarking(monkeypatch):
     assert torchkiln.counters["autotune"]["reused"] == 2 and timed == []
 
 
+@needs_interpreter
 def test_tuned_configs_compile_in_the_graph_s_worker_batch():
     """One worker job per candidate config, light tuning's or max_autotune's, sent with the
     graph's other kernels at its load: the first call then only loads them."""
@@ -424,6 +430,7 @@ def test_second_process_light_tunes_nothing(tmp_path):
     assert second["autotune"] == {"reused": first["tuned"]}
 
 
+@needs_interpreter
 def test_light_tuning_times_nothing_on_the_interpreter_or_when_off(monkeypatch):
     check(three_kernels, *_three_inputs(), cpu_backend="triton")  # no timer off the GPU
     assert not torchkiln.counters["autotune"]
@@ -433,6 +440,7 @@ def test_light_tuning_times_nothing_on_the_interpreter_or_when_off(monkeypatch):
     assert parse_options({}).autotune_light is True
 
 
+@needs_interpreter
 def test_max_autotune_keeps_its_full_search(monkeypatch):
     """Every kernel, pointwise too, over max_trials candidates (beyond the light set), timed
     by the full search's timer, not light tuning's."""

@@ -5,12 +5,9 @@ their launchers compute the grid at each call. Run on CPU tensors by Triton's in
 (``cpu_backend="triton"``), at tiny sizes: it runs every program of the grid in numpy.
 """
 
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
-
 import pytest
 import torch
+from inductor_testing import needs_interpreter
 from test_symbolic_sizes import (  # noqa: F401 (fresh_state: autouse)
     CASES,
     SIZES,
@@ -29,6 +26,7 @@ from torchkiln_inductor.compile_fx import generate
 from torchkiln_inductor.options import InductorOptions
 
 pytest.importorskip("triton", reason="triton is not installed")
+pytestmark = needs_interpreter
 
 
 def symbolic_compile(fn, example):

@@ -7,15 +7,12 @@ Triton's interpreter runs the templates on CPU tensors (``cpu_backend="triton"``
 Sizes are small and no multiple of the blocks (16 at least): masks and wrapped rows run.
 """
 
-import os
 from types import SimpleNamespace
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
 
 import pytest
 import torch
 import torch.nn.functional as F
-from inductor_testing import check, compile_fn
+from inductor_testing import check, compile_fn, needs_interpreter
 
 import torchkiln
 from torchkiln_inductor import graph
@@ -24,6 +21,7 @@ from torchkiln_inductor.autotune.tuner import Choice
 from torchkiln_inductor.options import parse_options
 
 pytest.importorskip("triton", reason="triton is not installed")
+pytestmark = needs_interpreter
 
 #: the aten call and one template config measured per matmul
 GEMM = {"cpu_backend": "triton", "max_autotune_gemm": True, "autotune.max_trials": 2}

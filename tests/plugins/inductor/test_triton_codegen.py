@@ -5,14 +5,11 @@ Shapes are tiny: the interpreter runs every program of the grid in numpy.
 
 import copy
 import math
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
 
 import pytest
 import torch
 import torch.nn.functional as F
-from inductor_testing import check, compile_fn, kernel_count
+from inductor_testing import check, compile_fn, kernel_count, needs_interpreter
 
 import torchkiln
 from torchkiln_inductor.codegen.triton import (
@@ -25,6 +22,7 @@ from torchkiln_inductor.codegen.triton import (
 from torchkiln_inductor.device import TRITON as TRITON_CAPS
 
 pytest.importorskip("triton", reason="triton is not installed")
+pytestmark = needs_interpreter
 
 TRITON = {"cpu_backend": "triton"}
 

@@ -16,12 +16,10 @@ import subprocess
 import sys
 import textwrap
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
-
 import pytest
 import torch
 import torch.nn.functional as F
-from inductor_testing import check, compile_fn
+from inductor_testing import check, compile_fn, needs_interpreter
 
 from torchkiln_inductor.autotune.configs import candidates
 from torchkiln_inductor.codegen.triton import _ROUND_BF16
@@ -29,6 +27,7 @@ from torchkiln_inductor.codegen.triton_launch import launcher_for
 from torchkiln_inductor.codegen.triton_libdevice import libdevice_binding
 
 pytest.importorskip("triton", reason="triton is not installed")
+pytestmark = needs_interpreter
 
 TRITON = {"cpu_backend": "triton"}
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]

@@ -8,14 +8,11 @@ the C++ path and on the Triton path (run by Triton's interpreter on CPU tensors)
 ``fullgraph=True``: no graph break.
 """
 
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the kernels run on CPU
-
 import re
 
 import pytest
 import torch
+from inductor_testing import needs_interpreter
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import torchkiln
@@ -36,7 +33,7 @@ def fresh_state(tmp_path, monkeypatch):
     torchkiln.reset()
 
 
-@pytest.fixture(params=sorted(PATHS))
+@pytest.fixture(params=["cpp", pytest.param("triton", marks=needs_interpreter)])
 def options(request):
     if request.param == "triton":
         pytest.importorskip("triton", reason="triton is not installed")
@@ -203,6 +200,7 @@ def test_counts_beyond_the_hint_and_the_blocks_on_the_cpp_path():
     assert torchkiln.counters["inductor"]["cpp_builds"] <= 2  # the first size, then symbolic
 
 
+@needs_interpreter
 def test_a_triton_reduction_over_a_count_loops_unless_its_range_fits_a_block():
     """The count's hint (8192, within its range) only picks block sizes: the kernel takes the
     count unspecialized, and loops over blocks, as no block holds every count of an input of
