@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from typing import Any
 
 import torch
@@ -122,14 +123,21 @@ def tuned_launchers(
 ) -> dict[str, TunedKernel]:
     """A :class:`TunedKernel` per launch of the imported Triton ``module`` that ``settings``
     tune: all, or with light ones, those with a reduction (tiled over inner elements), where
-    the heuristic is least sure; pointwise kernels keep it. So do kernels that take sizes
-    (symbolic graphs): a winner measured at the first call's sizes would serve every other,
-    and the store keys winners by the arguments' sizes."""
+    the heuristic is least sure, of ``settings.min_elements`` or more; pointwise kernels keep
+    it. So do kernels that take sizes (symbolic graphs): a winner measured at the first call's
+    sizes would serve every other, and the store keys winners by the arguments' sizes."""
     return {
         k.name: TunedKernel(getattr(module, k.name), k, settings, namespace)
         for k in launches
-        if (k.rnumels or not settings.light) and not k.size_params
+        if (k.rnumels or not settings.light)
+        and not k.size_params
+        and _elements(k) >= settings.min_elements
     }
+
+
+def _elements(launch: KernelLaunch) -> int:
+    """The kernel's loop iterations: its outer elements times its inner ones (static sizes)."""
+    return int(launch.xnumel) * math.prod(int(n) for _, n in launch.rnumels)
 
 
 def light_benchmark(tensors: tuple[torch.Tensor, ...]) -> Benchmark | None:

@@ -7,6 +7,7 @@ mean nothing: the tuner's choice is tested with a fake timer, the rest for what 
 on the interpreter unless a test gives it a timer (:func:`timed_in_order`). Shapes are tiny.
 """
 
+import dataclasses
 import io
 import json
 import os
@@ -303,6 +304,15 @@ def test_second_process_benchmarks_nothing(tmp_path):
 # ---------------------------------------------------------------------------
 
 
+#: light tuning as the default mode's, for kernels of any size: these tests' kernels are small
+SMALL_LIGHT = dataclasses.replace(LIGHT_TUNING, min_elements=0)
+
+
+@pytest.fixture
+def light_tunes_small_kernels(monkeypatch):
+    monkeypatch.setattr("torchkiln_inductor.compile_fx.LIGHT_TUNING", SMALL_LIGHT)
+
+
 def three_kernels(x, y, z):
     """A looped reduction, a persistent one and a pointwise kernel."""
     return x.sum(1), torch.softmax(y, -1), (z * 2).exp()
@@ -333,10 +343,12 @@ def _reductions(compiled) -> list:
 
 
 @needs_interpreter
-def test_default_options_light_tune_reductions_not_pointwise_kernels(monkeypatch):
+def test_default_options_light_tune_reductions_not_pointwise_kernels(
+    light_tunes_small_kernels, monkeypatch
+):
     timed = timed_in_order(monkeypatch, 1.0)
     compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
-    assert compiled.artifact.triton.autotune == LIGHT_TUNING
+    assert compiled.artifact.triton.autotune == SMALL_LIGHT
     reductions = _reductions(compiled)
     assert len(reductions) == 2 and len(compiled.artifact.triton.launches) == 3
     assert torchkiln.counters["autotune"]["tuned"] == 2
@@ -345,12 +357,12 @@ def test_default_options_light_tune_reductions_not_pointwise_kernels(monkeypatch
 
 
 @needs_interpreter
-def test_light_candidates_are_the_heuristic_then_one_halving_each():
+def test_light_candidates_are_the_heuristic_then_twice_the_warps_then_each_loop_block_halved():
     compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
     looped, persistent = sorted(_reductions(compiled), key=lambda k: -dict(k.rnumels)["RBLOCK0"])
 
-    def halved(launch) -> list[str]:
-        """Per candidate after the first, the one setting it halves (fails otherwise)."""
+    def changes(launch) -> list[tuple[str, float]]:
+        """Per candidate after the first, the one setting it changes and by what factor."""
         first, *rest = configs.light_candidates(launch)
         assert first == configs.heuristic(launch)
         before = {**dict(first.meta), "warps": first.num_warps}
@@ -358,19 +370,43 @@ def test_light_candidates_are_the_heuristic_then_one_halving_each():
         for c in rest:
             after = {**dict(c.meta), "warps": c.num_warps}
             (changed,) = [k for k in before if before[k] != after[k]]
-            assert after[changed] * 2 == before[changed] and c.num_stages is None
-            out.append(changed)
-        assert len(rest) <= 3 and len(set(out)) == len(out)
+            assert c.num_stages is None
+            out.append((changed, after[changed] / before[changed]))
+        assert len(set(out)) == len(out)
         return out
 
-    assert "RBLOCK0" in halved(looped)  # the loop's block may shrink
-    assert "RBLOCK0" not in halved(persistent)  # a persistent block holds a whole row
+    assert changes(looped) == [("warps", 2.0), ("RBLOCK0", 0.5)]  # the loop's block may shrink
+    assert changes(persistent) == [("warps", 2.0)]  # a persistent block holds a whole row
     assert len(configs.light_candidates(looped)) < len(configs.candidates(looped))
+
+
+def test_light_tuning_leaves_small_kernels_to_the_heuristic():
+    """Kernels under LIGHT_TUNING.min_elements (outer times inner elements) are not tuned;
+    max_autotune tunes every kernel."""
+    fn = SimpleNamespace(name="kernel")
+
+    def launch(name: str, xnumel: int, rnumel: int | None) -> SimpleNamespace:
+        rnumels = (("RBLOCK0", rnumel),) if rnumel else ()
+        return SimpleNamespace(name=name, xnumel=xnumel, rnumels=rnumels, size_params=())
+
+    threshold = LIGHT_TUNING.min_elements
+    launches = (
+        launch("small_rows", 1024, 1024),
+        launch("large_rows", threshold // 1024, 1024),
+        launch("large_pointwise", threshold, None),
+    )
+    module = SimpleNamespace(**{k.name: fn for k in launches})
+    light = triton_kernels.tuned_launchers(module, launches, LIGHT_TUNING, {})
+    assert list(light) == ["large_rows"]
+    full = triton_kernels.tuned_launchers(module, launches, SETTINGS, {})
+    assert list(full) == ["small_rows", "large_rows", "large_pointwise"]
 
 
 @needs_interpreter
 @pytest.mark.parametrize("step_ms, expected", [(1.0, 0), (-1.0, -1)], ids=["first", "last"])
-def test_light_tuning_keeps_the_fastest_candidate(monkeypatch, caplog, step_ms, expected):
+def test_light_tuning_keeps_the_fastest_candidate(
+    light_tunes_small_kernels, monkeypatch, caplog, step_ms, expected
+):
     timed_in_order(monkeypatch, step_ms)
     monkeypatch.setattr(logs, "_enabled", {"autotune"})
     inputs = _three_inputs()
@@ -384,7 +420,9 @@ def test_light_tuning_keeps_the_fastest_candidate(monkeypatch, caplog, step_ms, 
 
 
 @needs_interpreter
-def test_stored_light_winners_are_reused_without_benchmarking(monkeypatch):
+def test_stored_light_winners_are_reused_without_benchmarking(
+    light_tunes_small_kernels, monkeypatch
+):
     timed = timed_in_order(monkeypatch, -1.0)
     inputs = _three_inputs()
     check(three_kernels, *inputs, cpu_backend="triton")
@@ -418,9 +456,10 @@ def test_tuned_configs_compile_in_the_graph_s_worker_batch():
 def test_second_process_light_tunes_nothing(tmp_path):
     """The plan cache's TritonModule keeps the light settings; the winners come from disk."""
     setup = (
-        "import torchkiln_inductor.autotune.triton_kernels as k, "
-        "torchkiln_inductor.autotune.tuner as t; "
-        "k.light_benchmark = lambda tensors: t.wall_median_ms"
+        "import dataclasses, torchkiln_inductor.autotune.triton_kernels as k, "
+        "torchkiln_inductor.autotune.tuner as t, torchkiln_inductor.compile_fx as c; "
+        "k.light_benchmark = lambda tensors: t.wall_median_ms; "
+        "c.LIGHT_TUNING = dataclasses.replace(t.LIGHT_TUNING, min_elements=0)"
     )
     first = _run(tmp_path, {"cpu_backend": "triton"}, setup)["autotune"]
     assert first["benchmarked"] > 0 and first["tuned"] > 0

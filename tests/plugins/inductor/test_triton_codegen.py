@@ -198,13 +198,14 @@ def test_buffer_lowering_made_and_left_unread_gets_no_kernel():
 
 
 def test_sum_along_rows_takes_whole_rows():
-    # a long row per program, 4 elements a thread; short rows several per program
+    # a long row per program, 8 elements a thread; short rows several per program, 32 elements
+    # of the tile a thread (codegen/triton.py's TILE_PER_THREAD says why)
     compiled = triton_check(lambda x: x.sum(1), torch.randn(96, 300))
     (launch,) = compiled.artifact.triton.launches
-    assert (dict(launch.meta), launch.num_warps) == ({"XBLOCK": 1, "RBLOCK0": 512}, 4)
+    assert (dict(launch.meta), launch.num_warps) == ({"XBLOCK": 1, "RBLOCK0": 512}, 2)
     compiled = triton_check(lambda x: x.sum(1), torch.randn(96, 100))
     (launch,) = compiled.artifact.triton.launches
-    assert (dict(launch.meta), launch.num_warps) == ({"XBLOCK": 32, "RBLOCK0": 128}, 8)
+    assert (dict(launch.meta), launch.num_warps) == ({"XBLOCK": 32, "RBLOCK0": 128}, 4)
 
 
 def test_convolutions_run_channels_last_as_cudnn_prefers():
