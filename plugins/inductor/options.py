@@ -133,13 +133,14 @@ _FIELDS: tuple[tuple[str, Option], ...] = (
         Option(
             "autotune.light",
             True,
-            "without max_autotune, tune each Triton kernel with a reduction at its first call "
-            "on CUDA tensors: its heuristic config and the same with num_warps, a looping "
-            "RBLOCK or XBLOCK halved (4 configs at most, compiled with the graph's other "
-            "kernels), each timed by the median of up to 5 launches (CUDA events, about 10 ms "
-            "of runs at most, 50 ms a kernel), the fastest kept and stored on disk (a second "
-            "process times nothing); pointwise kernels, and kernels run by Triton's "
-            "interpreter (CPU tensors), keep the heuristic",
+            "without max_autotune, tune each Triton kernel with a reduction of 2**23 elements "
+            "or more at its first call on CUDA tensors: its heuristic config, the same with "
+            "twice the num_warps and with each looping RBLOCK halved (4 configs at most, "
+            "compiled with the graph's other kernels), each timed by the median of up to 5 "
+            "launches (CUDA events, about 10 ms of runs at most, 50 ms a kernel), the fastest "
+            "kept and stored on disk (a second process times nothing); pointwise kernels, "
+            "smaller reductions, and kernels run by Triton's interpreter (CPU tensors), keep "
+            "the heuristic",
             bool,
         ),
     ),
