@@ -6,6 +6,7 @@ import weakref
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import torchkiln
 from torchkiln.aot import run_boxed
@@ -88,3 +89,32 @@ def test_aot_eager_trains_like_eager() -> None:
         for g, p in zip(got, model.parameters()):
             torch.testing.assert_close(g, p.grad)
         model.zero_grad()
+
+
+@torch.library.custom_op("kiln_test::scaled_sin", mutates_args=())
+def _scaled_sin(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x.sin() * scale
+
+
+@_scaled_sin.register_fake
+def _(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def test_a_boxed_graph_calls_aten_overloads_through_their_c_ops() -> None:
+    """No ``torch.ops.<ns>.<op>.<overload>(...)`` left in the code (four attribute lookups and
+    a Python frame per op); the results as the overloads give them, keyword arguments and an
+    op implemented in Python (a custom op) included."""
+
+    def fn(x, y):
+        z = torch.ops.aten.add.Tensor(x @ y, y, alpha=2).relu().view(-1)
+        return z, torch.ops.kiln_test.scaled_sin(z, 3.0), x.sum(dim=0, keepdim=True)
+
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    gm = make_fx(fn)(x, y)
+    boxed = run_boxed(gm, [])
+    code = boxed._module.code
+    assert "torch.ops." not in code
+    assert "_aten_add_Tensor(" in code and "_kiln_test_scaled_sin_default(" in code
+    for got, want in zip(boxed(x, y), fn(x, y), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
