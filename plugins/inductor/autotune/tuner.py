@@ -79,12 +79,13 @@ class TuningSettings:
     min_elements: int = 0
 
 
-#: the default mode's tuning (option ``autotune.light``): the heuristic and its neighbours
-#: (``configs.light_candidates``: two, or three with two looping segments), measured in 50 ms at
-#: most (one candidate at least), for kernels of 2**23 elements or more. In a log of five training and two inference models on
-#: the H200 (bf16, 306 reduction kernels, each candidate timed) those were 49 kernels and 69% of
-#: what tuning saved (12% of the reductions' time in all); the other 257 kernels' candidates
-#: were most of a cold compile's Triton compiles, for 0.17 ms a step over the seven models
+#: the default mode's tuning (option ``autotune.light``): the heuristic and one to three
+#: neighbours (``configs.light_candidates``), measured in 50 ms at most (one candidate at
+#: least), for kernels of 2**23 elements or more. In a log of five training and two inference
+#: models on the H200 (bf16, 306 reduction kernels, each candidate timed) those were 49 kernels
+#: and 69% of what tuning saved (12% of the reductions' time in all); the other 257 kernels'
+#: candidates were most of a cold compile's Triton compiles, for 0.17 ms a step over the seven
+#: models
 LIGHT_TUNING = TuningSettings(max_trials=4, time_budget_s=0.05, light=True, min_elements=2**23)
 
 

@@ -74,7 +74,8 @@ POINTWISE_BLOCK = 1024
 #: blocks, whole rows and [XBLOCK, RBLOCK] tiles. In a light-tuning log of five training and
 #: two inference models on the H200 (306 reduction kernels, bf16), half the warps of 8 elements
 #: a thread ran faster in most reductions: rows of 1024 elements at 4 warps instead of 8
-#: (median 0.81x the time), 2048- and 4096-element tiles at 4 instead of 8 (0.89x, 0.86x)
+#: (median 0.81x the time), tiles of 4096 at 4 instead of 8 (0.86x); tiles of 2048 now take 2
+#: (a second log: 4 warps there ran 1.01x the time of 2)
 POINTWISE_PER_THREAD, ROW_PER_THREAD, TILE_PER_THREAD = 8, 8, 32
 #: reduced elements per block of a kernel that reduces down columns (see ``_reads_down_columns``)
 COLUMN_RBLOCK = 64
