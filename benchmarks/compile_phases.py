@@ -8,8 +8,8 @@ the first step (imports done, model built, compile included) is timed, then the 
 ``STEADY_STEPS`` more, and compile time is their difference, as ``benchmarks.warm_start``
 counts it. For torchkiln backends the first step is split into phases by timing a few
 functions of the pipeline (capture, the AOT layer's tracing and partitioning, the
-inductor's generation, the wait for Triton's compiles, first-call tuning, the backward's
-lazy compile). A phase's time is the union of its calls' wall intervals, so nested and
+inductor's generation, the wait for Triton's compiles, a training graph's forward and
+backward compiled together (on a GPU), first-call tuning, the backward's lazy compile). A phase's time is the union of its calls' wall intervals, so nested and
 concurrent calls count once; phases nest in one another (``backward compile`` holds its
 own generation and kernel compiles), so they do not add up to the total. Unlike
 ``benchmarks.compile_profile`` (cProfile), nothing slows the Python-heavy phases down.
@@ -21,6 +21,7 @@ import argparse
 import collections
 import functools
 import importlib
+import importlib.abc
 import json
 import os
 import statistics
@@ -45,6 +46,8 @@ PHASES = {
     "  of it: waiting for compile workers": [
         "torchkiln_inductor.codegen.triton_workers:precompile"
     ],
+    "forward and backward compiled together": ["torchkiln.aot.api:_AOTCompiled._compile_both"],
+    "  of it: waiting for their kernels": ["torchkiln_inductor.compile_fx:StartedGraph.finish"],
     "first-call tuning": ["torchkiln_inductor.autotune.tuner:tune"],
     "backward compile (at first backward)": [
         "torchkiln.aot.runtime:TrainingPlan._compile_backward"
@@ -101,6 +104,34 @@ def _where(frame) -> str:
     return f"{path}:{code.co_firstlineno}({code.co_name})"
 
 
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """An import hook: ``then(phase, module, qualname)`` for each ``(phase, qualname)`` of
+    ``waiting[module]`` once that module has run."""
+
+    def __init__(self, waiting: dict[str, list[tuple[str, str]]], then):
+        self.waiting, self.then = waiting, then
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.waiting:
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self else finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        run = spec.loader.exec_module
+        wrapped = self.waiting.pop(name)
+
+        def exec_module(module) -> None:
+            run(module)
+            for phase, qualname in wrapped:
+                self.then(phase, name, qualname)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 class PhaseClock:
     """Wall intervals of the calls of each phase's functions."""
 
@@ -108,6 +139,7 @@ class PhaseClock:
         self.intervals: dict[str, list[tuple[float, float]]] = {p: [] for p in PHASES}
         self._replaced: list[tuple[object, str, object]] = []
         self._lock = threading.Lock()
+        self._hook: _AfterImport | None = None
 
     def wrap(self, phase: str, fn):
         @functools.wraps(fn)
@@ -122,27 +154,42 @@ class PhaseClock:
         return timed
 
     def install(self) -> None:
-        """Replace each phase function wherever a loaded module holds it (``from m import f``
-        copies included), and on its class for methods."""
+        """Time each phase function: now where its module is loaded, else as soon as it is
+        (an import hook), so that the first step still pays for importing it, as torch.compile's
+        pays for importing its compiler."""
+        waiting = {}
         for phase, targets in PHASES.items():
             for target in targets:
                 module_name, qualname = target.split(":")
-                owner = importlib.import_module(module_name)
-                *path, name = qualname.split(".")
-                for part in path:
-                    owner = getattr(owner, part)
-                original = getattr(owner, name)
-                timed = self.wrap(phase, original)
-                holders = [owner] if path else list(sys.modules.values())
-                for holder in holders:
-                    # its own dict, not getattr: a lazy module (transformers') imports on a
-                    # missing attribute
-                    if getattr(holder, "__dict__", {}).get(name) is original:
-                        setattr(holder, name, timed)
-                        self._replaced.append((holder, name, original))
+                if module_name in sys.modules:
+                    self._wrap(phase, module_name, qualname)
+                else:
+                    waiting.setdefault(module_name, []).append((phase, qualname))
+        if waiting:
+            self._hook = _AfterImport(waiting, self._wrap)
+            sys.meta_path.insert(0, self._hook)
+
+    def _wrap(self, phase: str, module_name: str, qualname: str) -> None:
+        """Replace the function wherever a loaded module holds it (``from m import f`` copies
+        included), and on its class for methods."""
+        owner = sys.modules[module_name]
+        *path, name = qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = getattr(owner, name)
+        timed = self.wrap(phase, original)
+        holders = [owner] if path else list(sys.modules.values())
+        for holder in holders:
+            # its own dict, not getattr: a lazy module (transformers') imports on a
+            # missing attribute
+            if getattr(holder, "__dict__", {}).get(name) is original:
+                setattr(holder, name, timed)
+                self._replaced.append((holder, name, original))
 
     def uninstall(self) -> None:
         """Put every replaced function back."""
+        if self._hook in sys.meta_path:
+            sys.meta_path.remove(self._hook)
         for holder, name, original in reversed(self._replaced):
             setattr(holder, name, original)
         self._replaced.clear()
@@ -165,8 +212,7 @@ def child(model: str, backend: str, case: str, device: str, size: str, sample: i
     import torchkiln  # noqa: F401  (imported before the clock, as a user's program would)
 
     clock = None
-    if backend.startswith("kiln"):
-        importlib.import_module("torchkiln_inductor.compile_fx")
+    if backend.startswith("kiln"):  # the backend's own modules are imported by the first step
         clock = PhaseClock()
         clock.install()
     try:

@@ -46,6 +46,11 @@ The convention every compiler gets, forward, backward and inference alike:
   (an input autograd gives no gradient is left out). It is compiled on the
   first backward call, and its ``example_inputs`` have the strides of that
   call's tensors: the saved values as the compiled forward produced them.
+  With ``backward_ahead=True`` and staged compilers (``compiler.start(gm,
+  example_inputs)`` returning a ``StartedCompile``: the code generated, its
+  ``output_strides`` known, ``finish()`` waiting for the slow part), it is
+  compiled with the forward for the strides the forward announced, and the
+  first backward uses it if the saved values have them.
   A compiled backward with a ``call_boxed(args: list)`` method is called through
   it instead, with a list nobody else holds: it may empty the list and drop each
   saved value after its last use, so that the backward's peak memory is eager's

@@ -32,13 +32,16 @@ from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
 from torchkiln.aot.cache import ArtifactCodec, PlanCache
 from torchkiln.aot.decompositions import keep_whole
-from torchkiln.aot.fake import fake_mode_and_inputs, user_modes_suspended
+from torchkiln.aot.fake import fake_mode_and_inputs, is_symbolic, user_modes_suspended
 from torchkiln.aot.partition import min_cut_partition
 from torchkiln.aot.runtime import (
+    BackwardAhead,
     Compiler,
     OutputBuilder,
     TrainingPlan,
+    backward_examples_ahead,
     example_inputs_of,
+    layouts_of,
     output_builder,
     run_training,
 )
@@ -110,6 +113,7 @@ class _AOTCompiled:
         cache: PlanCache | None,
         before_trace: Callable[[], None] | None = None,
         graph_pass: GraphPass | None = None,
+        backward_ahead: bool = False,
     ) -> None:
         self.gm = gm
         self.fw_compiler = fw_compiler
@@ -120,6 +124,7 @@ class _AOTCompiled:
         self.cache = cache
         self.before_trace = before_trace
         self.graph_pass = graph_pass
+        self.backward_ahead = backward_ahead
         #: The compiled model's runtime wrappers (CUDA graphs, say), applied around each
         #: compiled forward, backward and inference graph; kept out of the plan cache.
         self.wrappers = runtime_wrappers.claim()
@@ -197,6 +202,7 @@ class _AOTCompiled:
             self.cache,
             self.before_trace,
             self.graph_pass,
+            self.backward_ahead,
         )
         static.wrappers = self.wrappers
         static.plan_for(args)
@@ -249,7 +255,10 @@ class _AOTCompiled:
                 fw_gm, bw_gm = self.partition_fn(joint.gm, joint.num_fwd_outputs)
                 fw_gm.meta["num_user_outputs"] = joint.num_fwd_outputs
                 _log_graph("forward graph", fw_gm)
-                forward = self.fw_compiler(fw_gm, example_inputs_of(fw_gm))
+                if self._compiles_backward_ahead(bw_gm):
+                    forward, ahead = self._compile_both(fw_gm, bw_gm, joint.num_fwd_outputs)
+                else:
+                    forward, ahead = self.fw_compiler(fw_gm, example_inputs_of(fw_gm)), None
             return meta, TrainingPlan(
                 meta=meta,
                 forward=forward,
@@ -258,11 +267,44 @@ class _AOTCompiled:
                 num_fwd_outputs=joint.num_fwd_outputs,
                 differentiable=joint.differentiable,
                 grad_inputs=joint.grad_inputs,
+                ahead=ahead,
             )
         inference_gm = trace_inference(gm, meta, fakes, mode, self.decompositions)
         _log_graph("inference graph", inference_gm)
         with user_modes_suspended():
             return meta, self.inference_compiler(inference_gm, example_inputs_of(inference_gm))
+
+    def _compiles_backward_ahead(self, bw_gm: fx.GraphModule) -> bool:
+        """Whether to compile the backward with the forward: asked for, both compilers
+        staged, and static sizes (a symbolic backward may compile once per size)."""
+        return (
+            self.backward_ahead
+            and hasattr(self.fw_compiler, "start")
+            and hasattr(self.bw_compiler, "start")
+            and not any(is_symbolic(x) for x in example_inputs_of(bw_gm))
+        )
+
+    def _compile_both(
+        self, fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, num_fwd_outputs: int
+    ) -> tuple[Callable, BackwardAhead | None]:
+        """The compiled forward, and the backward compiled while the forward's kernels build,
+        for the saved values' layouts the forward's compiler announced. A backward that fails
+        to compile here is left to the first backward call, which reports its error."""
+        started = self.fw_compiler.start(fw_gm, example_inputs_of(fw_gm))
+        examples = backward_examples_ahead(bw_gm, started.output_strides[num_fwd_outputs:])
+        try:
+            backward = self.bw_compiler.start(bw_gm, examples)
+        except Exception as e:  # compiled again, and reported, at the first backward
+            logs.log.info("the backward did not compile with the forward: %s", e)
+            backward = None
+        forward = started.finish()
+        if backward is None:
+            return forward, None
+        try:
+            return forward, BackwardAhead(backward.finish(), layouts_of(examples))
+        except Exception as e:  # as above
+            logs.log.info("the backward did not compile with the forward: %s", e)
+            return forward, None
 
     def __call__(self, *args: Any) -> Any:
         grad_enabled = torch.is_grad_enabled()
@@ -307,6 +349,7 @@ def aot_autograd(
     cache: ArtifactCodec | None = None,
     before_trace: Callable[[], None] | None = None,
     graph_pass: GraphPass | None = None,
+    backward_ahead: bool = False,
 ) -> Callable[[fx.GraphModule, list], Callable]:
     """A backend compile function that traces forward and backward ahead of time.
 
@@ -323,6 +366,11 @@ def aot_autograd(
     on the graph, its inputs' metadata and what the codec's salt holds (inductor: explicit
     attention into SDPA calls).
     ``decompositions`` never decompose the ops of ``torchkiln.aot.KEEP_WHOLE``.
+    ``backward_ahead``: compile a training graph's backward when its forward is compiled
+    rather than at the first backward, where both compilers are staged (``start(gm,
+    example_inputs)`` returns a :class:`~torchkiln.aot.runtime.StartedCompile`): the
+    backward's code is generated while the forward's kernels build (inductor on a GPU: both
+    graphs' Triton kernels compile in the workers at once).
     """
     partition_fn = partition_fn or min_cut_partition
     if decompositions is not None:
@@ -340,6 +388,7 @@ def aot_autograd(
             cache=plan_cache,
             before_trace=before_trace,
             graph_pass=graph_pass,
+            backward_ahead=backward_ahead,
         )
         compiled.plan_for(example_inputs)
         compiled.seal()

@@ -19,13 +19,14 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.fx as fx
+from torch._prims_common import make_contiguous_strides_for
 from torch._subclasses.fake_tensor import FakeTensor
 
-from torchkiln import logs
+from torchkiln import counters, logs
 from torchkiln.aot.analysis import GraphMeta, SharedOutputs
 from torchkiln.aot.fake import compiled_beneath_user_modes, is_symbolic
 from torchkiln.aot.sizes import resolve
@@ -36,6 +37,29 @@ from torchkiln.static_shapes import PerSizeCompiled
 log = logging.getLogger("torchkiln")
 
 Compiler = Callable[[fx.GraphModule, list], Callable]
+
+
+class StartedCompile(Protocol):
+    """A compile whose code is generated and whose slow part (building kernels) goes on in
+    the background: what a staged compiler's ``start(gm, example_inputs)`` returns."""
+
+    #: per output of ``gm``: the strides the compiled graph will give it (None: not known)
+    output_strides: Sequence[tuple[int, ...] | None]
+
+    def finish(self) -> Callable:
+        """The compiled graph, once its kernels are built (raises the compile's error)."""
+        ...
+
+
+@dataclass
+class BackwardAhead:
+    """A backward compiled together with the forward, for the layouts the forward's compiler
+    said its saved values would have (``StartedCompile.output_strides``): so that building
+    the backward's kernels overlaps building the forward's. The first backward uses it if
+    its arguments have ``layouts``; else it compiles the backward for them as usual."""
+
+    compiled: Callable
+    layouts: list
 
 
 def example_inputs_of(gm: fx.GraphModule) -> list:
@@ -64,6 +88,7 @@ class TrainingPlan:
     #: The compiled model's runtime wrappers (``torchkiln.runtime_wrappers.AppliedWrappers``).
     wrappers: Any = field(default=None, repr=False)
     runners: dict[str, Callable] = field(default_factory=dict, repr=False)
+    ahead: BackwardAhead | None = field(default=None, repr=False)
     #: The forward-output positions that get no tangent (every call marks them).
     non_differentiable: tuple[int, ...] = field(init=False, repr=False)
 
@@ -100,12 +125,19 @@ class TrainingPlan:
             _with_strides_of(fake, real)
             for fake, real in zip(example_inputs_of(self.backward_graph), args)
         ]
-        compiler = compiled_beneath_user_modes(self.backward_compiler)
-        try:
-            self.compiled_backward = compiler(self.backward_graph, examples)
-        except NeedsStaticShapes as e:  # compiled lazily: no caller above knows to catch it
-            log.info("the backward compiles once per concrete size: %s", e)
-            self.compiled_backward = PerSizeCompiled(self.backward_graph, compiler, None)
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead.layouts == layouts_of(examples):
+            self.compiled_backward = ahead.compiled
+        else:
+            if ahead is not None:
+                counters["aot"]["backward_ahead_missed"] += 1
+                log.info("the saved values' layouts are not the ones the backward was compiled for")
+            compiler = compiled_beneath_user_modes(self.backward_compiler)
+            try:
+                self.compiled_backward = compiler(self.backward_graph, examples)
+            except NeedsStaticShapes as e:  # compiled lazily: no caller above knows to catch it
+                log.info("the backward compiles once per concrete size: %s", e)
+                self.compiled_backward = PerSizeCompiled(self.backward_graph, compiler, None)
         if self.on_backward_compiled is not None:
             self.on_backward_compiled(self)
 
@@ -113,28 +145,59 @@ class TrainingPlan:
 def _with_strides_of(fake: Any, real: Any) -> Any:
     """``fake`` restrided like ``real``: the forward's compiler chose the layouts of the
     saved values (traced ones are eager's), and a backward compiled for other strides
-    would copy every saved value on every call. Overlapping or gapped layouts stay traced."""
+    would copy every saved value on every call."""
+    if not isinstance(real, torch.Tensor):
+        return fake
+    return restrided(fake, real.shape, real.stride())
+
+
+def restrided(fake: Any, shape: Sequence[int], stride: Sequence[int]) -> Any:
+    """``fake`` with ``stride`` if it has ``shape`` and ``stride`` is a dense layout of it;
+    overlapping or gapped layouts, and symbolic sizes, stay as traced."""
     if (
         not isinstance(fake, FakeTensor)
-        or not isinstance(real, torch.Tensor)
         or is_symbolic(fake)  # comparing its sizes with real ones would add shape guards
-        or fake.shape != real.shape
-        or fake.stride() == real.stride()
-        or not _dense(real)
+        or fake.shape != shape
+        or fake.stride() == tuple(stride)
+        or not _dense(shape, stride)
     ):
         return fake
     with fake.fake_mode:
-        return torch.empty_strided(real.shape, real.stride(), dtype=fake.dtype, device=fake.device)
+        return torch.empty_strided(shape, stride, dtype=fake.dtype, device=fake.device)
 
 
-def _dense(t: torch.Tensor) -> bool:
-    """Whether ``t``'s elements fill its storage span exactly once (a permuted contiguous layout)."""
+def backward_examples_ahead(
+    backward_graph: fx.GraphModule, saved_strides: Sequence[tuple[int, ...] | None]
+) -> list:
+    """The backward's example inputs as its first call will give them, before any call: the
+    saved values with the strides the forward's compiler announced (``saved_strides``, None
+    where it did not say), the tangents contiguous (``CompiledFunction.backward`` makes
+    them so)."""
+    examples = example_inputs_of(backward_graph)
+    strides = [
+        *saved_strides,
+        *(
+            make_contiguous_strides_for(x.shape) if isinstance(x, torch.Tensor) else None
+            for x in examples[len(saved_strides) :]
+        ),
+    ]
+    return [x if s is None else restrided(x, x.shape, s) for x, s in zip(examples, strides)]
+
+
+def layouts_of(examples: Sequence) -> list:
+    """Each example's (shape, strides), None for one that is not a tensor."""
+    return [(tuple(e.shape), e.stride()) if isinstance(e, torch.Tensor) else None for e in examples]
+
+
+def _dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether a tensor of ``shape`` and ``stride`` fills its storage span exactly once (a
+    permuted contiguous layout)."""
     expected = 1
-    for dim in sorted(range(t.dim()), key=t.stride):
-        if t.size(dim) != 1:
-            if t.stride(dim) != expected:
+    for dim in sorted(range(len(shape)), key=lambda d: stride[d]):
+        if shape[dim] != 1:
+            if stride[dim] != expected:
                 return False
-            expected *= t.size(dim)
+            expected *= shape[dim]
     return True
 
 

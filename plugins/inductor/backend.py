@@ -27,7 +27,7 @@ from torchkiln import logs
 from torchkiln.aot import ArtifactCodec
 from torchkiln.plugin import source_fingerprint
 
-from .compile_fx import CompiledGraph, GraphArtifact, compile_fx
+from .compile_fx import CompiledGraph, GraphArtifact, StartedGraph, compile_fx, start_compile_fx
 from .cpp_build import toolchain_id
 from .device import device_caps
 from .fuse_attention import fuse_attention
@@ -116,18 +116,32 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], **options: Any) ->
     _check_devices(example_inputs)
     import torchkiln.aot as aot
 
-    def compiler(graph: GraphModule, inputs: list[Any]) -> Callable:
-        return compile_fx(graph, list(inputs), opts)
-
+    compiler = _Compiler(opts)
+    gpu = _triton_gpu(example_inputs)
     return aot.aot_autograd(
         fw_compiler=compiler,
         bw_compiler=compiler,
         inference_compiler=compiler,
         decompositions=decompositions(),
         cache=plan_codec(opts),
-        before_trace=_compile_workers_starter(example_inputs),
+        before_trace=_compile_workers_starter(gpu),
         graph_pass=_attention_pass(opts),
+        backward_ahead=gpu is not None,
     )(gm, example_inputs)
+
+
+class _Compiler:
+    """:func:`compile_fx` with the options bound, staged for the AOT layer's
+    ``backward_ahead`` (``start``: :func:`start_compile_fx`)."""
+
+    def __init__(self, options: InductorOptions):
+        self.options = options
+
+    def __call__(self, graph: GraphModule, inputs: list[Any]) -> Callable:
+        return compile_fx(graph, list(inputs), self.options)
+
+    def start(self, graph: GraphModule, inputs: list[Any]) -> StartedGraph:
+        return start_compile_fx(graph, list(inputs), self.options)
 
 
 def _attention_pass(options: InductorOptions) -> Callable[[GraphModule, list], GraphModule] | None:
@@ -139,19 +153,31 @@ def _attention_pass(options: InductorOptions) -> Callable[[GraphModule, list], G
     return functools.partial(fuse_attention, cuda_tf32=torch.backends.cuda.matmul.allow_tf32)
 
 
-def _compile_workers_starter(example_inputs: list[Any]) -> Callable[[], None] | None:
-    """What starts Triton's compile workers for a graph on a GPU (None: nothing to start).
+def _triton_gpu(example_inputs: list[Any]) -> torch.device | None:
+    """The GPU whose Triton kernels a graph of these inputs compiles (None: interpreted, or
+    no GPU): where compile workers build them, and where compiling the backward with the
+    forward (the AOT layer's ``backward_ahead``) lets both graphs' kernels build at once. On
+    a CPU the backward waits for its first call: a graph run with grad enabled but never
+    differentiated compiles no backward."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    return next(
+        (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
+    )
+
+
+def _compile_workers_starter(gpu: torch.device | None) -> Callable[[], None] | None:
+    """What starts Triton's compile workers for a graph on ``gpu`` (None: nothing to start).
 
     The workers take seconds to import torch and Triton; started before the AOT layer traces
     the graph, they are ready when its kernels are (``codegen/triton_workers``)."""
-    cuda = [x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda]
-    if not cuda or os.environ.get("TRITON_INTERPRET") == "1":
+    if gpu is None:
         return None
 
     def start() -> None:
         from .codegen.triton_workers import warm_pool
 
-        with torch.cuda.device(cuda[0]):
+        with torch.cuda.device(gpu):
             warm_pool()
 
     return start

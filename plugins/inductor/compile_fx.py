@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +39,7 @@ from .kernel_plan import KernelPlan, plan_kernel
 from .options import InductorOptions
 from .passes import run_passes
 from .scheduler import FusedKernel, Schedule, Scheduler
-from .sizes import SizeFacts, SymbolicUnsupported, is_unbacked, size_facts
+from .sizes import SizeFacts, SymbolicUnsupported, is_static, is_unbacked, size_facts
 from .templates import plan_templates
 
 
@@ -292,6 +294,47 @@ def compile_fx(
     """Compile an aten-level graph into a callable."""
     options = options or InductorOptions()
     return generate(gm, example_inputs, options).artifact.load(fresh=True)
+
+
+class StartedGraph:
+    """A graph whose code is generated and whose kernels build on a thread of their own
+    (:func:`start_compile_fx`); ``finish()`` waits for them and returns the callable."""
+
+    def __init__(self, generated: GeneratedGraph, device: torch.device):
+        #: per output, the strides the compiled graph gives it (None: a number, or symbolic)
+        self.output_strides = [
+            _static(v.stride) if isinstance(v, StorageView) else None
+            for v in generated.graph.outputs
+        ]
+        on_device = (lambda: torch.cuda.device(device)) if device.type == "cuda" else nullcontext
+        loader = ThreadPoolExecutor(1, thread_name_prefix="torchkiln-kernels")
+
+        def load() -> CompiledGraph:
+            with on_device():  # where Triton's launchers and compile workers look
+                return generated.artifact.load(fresh=True)
+
+        self._loaded = loader.submit(load)
+        loader.shutdown(wait=False)
+
+    def finish(self) -> CompiledGraph:
+        return self._loaded.result()
+
+
+def start_compile_fx(
+    gm: GraphModule, example_inputs: list[Any], options: InductorOptions | None = None
+) -> StartedGraph:
+    """:func:`compile_fx` in two steps: the code is generated now, its kernels build on a
+    thread until ``finish()``. The AOT layer generates a training graph's backward meanwhile
+    (``aot_autograd(backward_ahead=True)``), so that on a GPU both graphs' Triton kernels
+    compile in the workers at once."""
+    options = options or InductorOptions()
+    generated = generate(gm, example_inputs, options)
+    return StartedGraph(generated, _device(gm, example_inputs))
+
+
+def _static(sizes: tuple) -> tuple[int, ...] | None:
+    """``sizes`` as ints, or None if one of them is symbolic."""
+    return tuple(int(s) for s in sizes) if all(is_static(s) for s in sizes) else None
 
 
 def _output_node(gm: GraphModule):
