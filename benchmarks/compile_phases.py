@@ -42,7 +42,7 @@ PHASES = {
     "AOT trace": ["torchkiln.aot.trace:trace_joint", "torchkiln.aot.trace:trace_inference"],
     "AOT partition": ["torchkiln.aot.partition:min_cut_partition"],
     "inductor generate (lower, schedule, codegen)": ["torchkiln_inductor.compile_fx:generate"],
-    "inductor load (kernel compiles, bind)": ["torchkiln_inductor.compile_fx:GraphArtifact.load"],
+    "inductor load (kernel compiles, bind)": ["torchkiln_inductor.artifact:GraphArtifact.load"],
     "  of it: waiting for compile workers": [
         "torchkiln_inductor.codegen.triton_workers:precompile"
     ],

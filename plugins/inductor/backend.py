@@ -18,27 +18,60 @@ import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.fx import GraphModule
 
 from torchkiln import logs
 from torchkiln.aot import ArtifactCodec
-from torchkiln.plugin import source_fingerprint
+from torchkiln.plugin import (
+    Damaged,
+    cache_dir,
+    discard,
+    read_entry,
+    source_fingerprint,
+    write_entry,
+)
 
-from .compile_fx import CompiledGraph, GraphArtifact, StartedGraph, compile_fx, start_compile_fx
+from .artifact import CompiledGraph, GraphArtifact
 from .cpp_build import toolchain_id
 from .device import device_caps
 from .fuse_attention import fuse_attention
-from .lowering import LOWERINGS
 from .options import InductorOptions, parse_options
+
+if TYPE_CHECKING:
+    from .compile_fx import StartedGraph
+
+_SOURCE = str(Path(__file__).parent)
 
 
 @functools.cache
 def lowered_ops() -> frozenset:
-    """Ops the lowering handles whole (kept out of the decomposition table)."""
+    """Ops the lowering handles whole (kept out of the decomposition table).
+
+    Their names are kept in the cache, per torch version and this plugin's source: a process
+    whose plans all come from the plan cache builds the table (which keys them) without
+    importing the lowering, and with it the IR, the code generators and sympy."""
+    entry = (
+        cache_dir() / "inductor" / f"lowered-ops-{torch.__version__}-{source_fingerprint(_SOURCE)}"
+    )
+    try:
+        names = read_entry(entry)
+        if names is not None:
+            return frozenset(_op_named(name) for name in names.decode().split())
+    except (Damaged, AttributeError, ValueError):  # not whole, or an op torch lacks: rebuild
+        discard(entry)
+    from .lowering import LOWERINGS
+
+    write_entry(entry, " ".join(sorted(str(op) for op in LOWERINGS)).encode())
     return frozenset(LOWERINGS)
+
+
+def _op_named(name: str) -> torch._ops.OpOverload:
+    """``torch.ops.aten.gelu.default`` from ``"aten.gelu.default"``."""
+    namespace, op, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload)
 
 
 #: ops without a lowering that decompose well into ops that have one
@@ -102,7 +135,7 @@ def plan_codec(options: InductorOptions) -> ArtifactCodec | None:
         (
             "inductor",
             repr(options),
-            source_fingerprint(str(Path(__file__).parent)),
+            source_fingerprint(_SOURCE),
             toolchain_id(),
             f"tf32={torch.backends.cuda.matmul.allow_tf32}",  # fuse_attention reads it
         )
@@ -138,9 +171,13 @@ class _Compiler:
         self.options = options
 
     def __call__(self, graph: GraphModule, inputs: list[Any]) -> Callable:
+        from .compile_fx import compile_fx  # not imported by a process that loads every plan
+
         return compile_fx(graph, list(inputs), self.options)
 
     def start(self, graph: GraphModule, inputs: list[Any]) -> StartedGraph:
+        from .compile_fx import start_compile_fx
+
         return start_compile_fx(graph, list(inputs), self.options)
 
 

@@ -10,7 +10,6 @@ are split so that many graphs can share one compiler run
 
 from __future__ import annotations
 
-import ctypes
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -25,10 +24,11 @@ from torchkiln import logs
 from torchkiln.exc import NotImplementedYet
 
 from . import trace
+from .artifact import CompiledGraph, GraphArtifact
 from .autotune.cpp_kernels import CppTuning, cpp_tuning
 from .autotune.tuner import LIGHT_TUNING, TuningSettings, cpp_gemm_not_templated
-from .codegen.cpp import GeneratedKernel, bind_kernel, generate_kernels, translation_unit
-from .codegen.triton import TritonModule, generate_triton
+from .codegen.cpp import GeneratedKernel, generate_kernels, translation_unit
+from .codegen.triton import generate_triton
 from .codegen.triton_templates import add_templates
 from .codegen.wrapper import WrapperCodegen
 from .cpp_build import load_library
@@ -44,62 +44,6 @@ from .templates import plan_templates
 
 
 @dataclass
-class GraphArtifact:
-    """What running one compiled graph needs, and nothing of how it was made.
-
-    It pickles (the plan cache stores extern ops by name), so a later process
-    loads it instead of compiling: :meth:`load` takes the kernels' library
-    from the C++ cache (building it only if that entry is gone) and binds the
-    wrapper. ``namespace`` holds the wrapper's constants and extern ops.
-    """
-
-    cpp_source: str
-    opt_level: str
-    #: (name, number of pointer parameters, whether it checks indices, number of sizes)
-    kernels: tuple[tuple[str, int, bool, int], ...]
-    wrapper_source: str
-    namespace: dict[str, Any]
-    fallbacks: dict[str, str]
-    triton: TritonModule | None = None  # the Triton target's kernels (no C++ then)
-    cpp_tuning: CppTuning | None = None  # max_autotune: the C++ kernels' variants
-
-    @property
-    def num_kernels(self) -> int:
-        return len(self.kernels) + (len(self.triton.launches) if self.triton else 0)
-
-    def output_code(self) -> str:
-        fallbacks = "\n".join(f"#   {op}: {why}" for op, why in sorted(self.fallbacks.items()))
-        header = f"# fallbacks to aten ({len(self.fallbacks)}):\n{fallbacks or '#   none'}\n"
-        kernels = (
-            f"# ---- Triton kernels ----\n{self.triton.source}"
-            if self.triton
-            else f"# ---- C++ kernels ----\n{self.cpp_source}"
-        )
-        if self.cpp_tuning:
-            variants = self.cpp_tuning.variant_source()
-            kernels += f"\n# ---- their variants (max_autotune) ----\n{variants}"
-        return f"{header}\n{kernels}\n# ---- wrapper ----\n{self.wrapper_source}"
-
-    def bind(self, lib: ctypes.CDLL | None, fresh: bool = False) -> CompiledGraph:
-        """The callable over ``lib``'s kernels; ``fresh``: generated just now, not loaded from
-        the plan cache (its Triton kernels are likely compiled for the first time)."""
-        ns = {"torch": torch, **self.namespace}
-        if self.triton:
-            self.triton.load(ns, fresh)
-        for name, num_params, checks_indices, num_sizes in self.kernels:
-            ns[name] = bind_kernel(lib, name, num_params, checks_indices, num_sizes)
-        if self.cpp_tuning:
-            self.cpp_tuning.install(ns)
-        exec(compile(self.wrapper_source, "<torchkiln inductor wrapper>", "exec"), ns)
-        return CompiledGraph(ns["call"], self)
-
-    def load(self, fresh: bool = False) -> CompiledGraph:
-        """The callable: the kernels' library from the C++ cache (built if missing), bound."""
-        lib = load_library(self.cpp_source, self.opt_level) if self.kernels else None
-        return self.bind(lib, fresh)
-
-
-@dataclass
 class GeneratedGraph:
     """Everything generated for one graph, before the C++ is compiled."""
 
@@ -110,35 +54,6 @@ class GeneratedGraph:
     artifact: GraphArtifact
     options: InductorOptions
     timings: dict[str, float] = field(default_factory=dict)
-
-
-class CompiledGraph:
-    """The compiled callable: ``compiled(*flat_tensor_args)`` returns the outputs.
-
-    ``call_boxed(args)`` takes the arguments as a list that the wrapper empties, so that
-    each input is freed after its last use (the AOT layer calls backwards this way).
-    """
-
-    def __init__(self, call, artifact: GraphArtifact):
-        self._call = call
-        self.artifact = artifact
-
-    def __call__(self, *args: Any) -> Any:
-        return self.call_boxed(list(args))
-
-    def call_boxed(self, args: list) -> Any:
-        if torch.is_grad_enabled():  # extern aten calls need not record autograd graphs
-            with torch.no_grad():
-                return self._call(args)
-        return self._call(args)
-
-    @property
-    def num_kernels(self) -> int:
-        return self.artifact.num_kernels
-
-    @property
-    def fallbacks(self) -> dict[str, str]:
-        return dict(self.artifact.fallbacks)
 
 
 def _ensure_meta(gm: GraphModule, example_inputs: list[Any]) -> None:

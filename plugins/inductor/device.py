@@ -19,7 +19,7 @@ import torch
 
 from torchkiln.exc import NotImplementedYet
 
-from .loop_body import MATH_OPS
+from .math_ops import MATH_OPS
 
 aten = torch.ops.aten
 
@@ -34,7 +34,7 @@ class DeviceCaps:
 
     name: str  # the code generator: "cpp"
     dtypes: frozenset[torch.dtype]  # storage dtypes its kernels read and write
-    ops: frozenset[str]  # the ``ops.*`` math it emits (see :data:`.loop_body.MATH_OPS`)
+    ops: frozenset[str]  # the ``ops.*`` math it emits (see :data:`.math_ops.MATH_OPS`)
     extern_ops: frozenset  # aten ops always run as library calls (their epilogues fuse)
     channels_last_conv: bool  # 2-D convolutions run on channels-last tensors
     # a reduction of everything this large runs as ``split_chunks`` parallel partial reductions

@@ -27,7 +27,7 @@ their loop variables in with :meth:`LoopBody.subs`. The ops:
   refer to it as the atom named after the op's value (``%4``);
 * ``masked(mask, other) { ...; yield v }``: the block's ops (its loads) run only
   where ``mask`` holds, ``other`` elsewhere; ``where(cond, a, b)``;
-* the math of :data:`MATH_OPS` (predicates give bool, the others their first
+* the math of :data:`.math_ops.MATH_OPS` (predicates give bool, the others their first
   argument's dtype);
 * ``reduction(type, value[, index])``: ``value`` accumulated over the ``r`` loops
   (``index``, the flat position in them, for argmax/argmin).
@@ -46,107 +46,7 @@ from typing import Any
 import torch
 
 from .indexing import Atom, Expr, Indirect
-
-#: elementwise math of one value
-UNARY_OPS = frozenset(
-    [
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log2",
-        "log10",
-        "log1p",
-        "sqrt",
-        "rsqrt",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "sinh",
-        "cosh",
-        "tanh",
-        "asinh",
-        "acosh",
-        "atanh",
-        "erf",
-        "erfc",
-        "erfinv",
-        "sigmoid",
-        "reciprocal",
-        "floor",
-        "ceil",
-        "round",
-        "trunc",
-        "lgamma",
-        "frac",
-        "neg",
-        "abs",
-        "relu",
-        "sign",
-        "signbit",
-        "logical_not",
-        "bitwise_not",
-        "isnan",
-        "isinf",
-        "isfinite",
-    ]
-)
-#: elementwise math of two values of one dtype
-BINARY_OPS = frozenset(
-    [
-        "add",
-        "sub",
-        "mul",
-        "truediv",
-        "trunc_div",
-        "floordiv",
-        "remainder",
-        "fmod",
-        "pow",
-        "maximum",
-        "minimum",
-        "atan2",
-        "hypot",
-        "copysign",
-        "eq",
-        "ne",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "logical_and",
-        "logical_or",
-        "logical_xor",
-        "bitwise_and",
-        "bitwise_or",
-        "bitwise_xor",
-        "lshift",
-        "rshift",
-    ]
-)
-MATH_OPS = UNARY_OPS | BINARY_OPS
-#: math whose result is a bool whatever its arguments
-PREDICATES = frozenset(
-    [
-        "signbit",
-        "logical_not",
-        "isnan",
-        "isinf",
-        "isfinite",
-        "eq",
-        "ne",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "logical_and",
-        "logical_or",
-        "logical_xor",
-    ]
-)
+from .math_ops import MATH_OPS, PREDICATES, UNARY_OPS
 
 #: the dtype a value of each storage dtype is computed in
 COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
@@ -392,7 +292,7 @@ class _Ops:
 
     def __getattr__(self, name: str) -> Callable[..., Value]:
         if name not in MATH_OPS:
-            raise AttributeError(f"ops.{name} is not an op (see loop_body.MATH_OPS)")
+            raise AttributeError(f"ops.{name} is not an op (see math_ops.MATH_OPS)")
         arity = 1 if name in UNARY_OPS else 2
 
         def math(*args: Value) -> Value:

@@ -17,7 +17,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from ..codegen.triton import KernelLaunch, _pow2, num_warps_for
+from ..codegen.triton_module import KernelLaunch
 
 #: factors applied to the heuristic's block sizes
 BLOCK_FACTORS = (1 / 4, 1 / 2, 1, 2, 4)
@@ -61,6 +61,10 @@ def heuristic(launch: KernelLaunch) -> TritonConfig:
 
 def candidates(launch: KernelLaunch) -> list[TritonConfig]:
     """Every config around the heuristic, nearest first (the heuristic itself first)."""
+    # the generator's helpers, imported here: loading a light-tuned graph from the plan cache
+    # (``light_candidates``) imports no generator
+    from ..codegen.triton import _pow2, num_warps_for
+
     meta = dict(launch.meta)
     rnumels = dict(launch.rnumels)
     looped = [k for k, n in rnumels.items() if n > meta[k]]

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from torchkiln import logs
 from torchkiln.exc import KilnError
 
-from ..codegen.cpp import GeneratedKernel, bind_kernel, generate_kernel, translation_unit
+from ..codegen.cpp import GeneratedKernel, generate_kernel, translation_unit
+from ..codegen.runtime import bind_kernel
 from ..cpp_build import load_library
 from ..ir import GraphIR
 from ..kernel_plan import KernelPlan

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from ..codegen.triton import KernelLaunch
 from ..codegen.triton_launch import launcher_for
+from ..codegen.triton_module import KernelLaunch
 from ..codegen.triton_workers import CompileJob, compile_job, precompile
 from .configs import TritonConfig, candidates, light_candidates
 from .tuner import Benchmark, Choice, TuningSettings, quick_gpu_median_ms, tune

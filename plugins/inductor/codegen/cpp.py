@@ -17,7 +17,6 @@ their inputs less the first one, so data far from zero keeps var's accuracy.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -26,8 +25,6 @@ from typing import Any
 
 import sympy
 import torch
-
-from torchkiln.exc import IndexOutOfBounds
 
 from ..indexing import Expr, Indirect, Var, contiguous_strides, linear_index
 from ..ir import GraphIR, Reduction, Scatter
@@ -1138,25 +1135,6 @@ class GeneratedKernel:
     index_sizes: tuple[Size, ...] = ()
     #: the size symbols it takes after the pointers, as ``int64_t``
     size_params: tuple[str, ...] = ()
-
-
-def bind_kernel(
-    lib: ctypes.CDLL, name: str, num_params: int, checks_indices: bool, num_sizes: int = 0
-):
-    """Kernel ``name`` of ``lib`` as a ctypes function of ``num_params`` pointers and
-    ``num_sizes`` int64 sizes."""
-    fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p] * num_params + [ctypes.c_int64] * num_sizes
-    fn.restype = ctypes.c_int64 if checks_indices else None
-    return fn
-
-
-def raise_index_error(check: int, sizes: tuple[int, ...]) -> None:
-    """What a kernel's failed bounds check ``check`` (numbered from 1) means."""
-    raise IndexOutOfBounds(
-        "index out of bounds: an index tensor holds a value outside the dimension it "
-        f"indexes, of size {sizes[check - 1]}"
-    )
 
 
 def generate_kernel(

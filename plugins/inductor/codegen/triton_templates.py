@@ -49,7 +49,8 @@ from ..ir import GraphIR, StorageView
 from ..kernel_plan import KernelPlan
 from ..scheduler import FusedKernel
 from ..templates import ConvStep, GemmStep, TemplateStep, epilogue_radix
-from .triton import KernelLaunch, TritonKernel, TritonModule, TritonOpsHandler, TritonValue, _Tile
+from .triton import TritonKernel, TritonOpsHandler, TritonValue, _Tile
+from .triton_module import KernelLaunch, TritonModule
 
 #: the template's constexpr parameters, in order
 TEMPLATE_META = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "TF32")

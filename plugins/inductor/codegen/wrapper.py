@@ -33,23 +33,10 @@ from ..kernel_plan import KernelPlan
 from ..scheduler import ExternStep, FusedKernel, Schedule
 from ..sizes import SymbolicUnsupported, is_static, size_text, symbols_of
 from ..templates import TemplateStep
-from .cpp import GeneratedKernel, raise_index_error
+from .cpp import GeneratedKernel
 from .extern_calls import binding_picks_only, python_binding
-from .triton import KernelLaunch
-
-
-def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
-    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
-
-
-def _view(t: torch.Tensor, size, stride, offset: int) -> torch.Tensor:
-    return torch.as_strided(t, size, stride, t.storage_offset() + offset)
-
-
-def _fix_layout(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
-    return t if t.stride() == stride else _restride(t, stride)
+from .runtime import _fix_layout, _restride, _view, raise_index_error
+from .triton_module import KernelLaunch
 
 
 class WrapperCodegen:

@@ -8,6 +8,7 @@ import textwrap
 import uuid
 
 import pytest
+import torch
 
 from torchkiln.disk_cache import read_entry
 from torchkiln_inductor import cpp_build
@@ -86,7 +87,7 @@ def test_compiler_error_is_a_backend_failure(tmp_path, monkeypatch):
 
 MODEL_SCRIPT = textwrap.dedent(
     """
-    import json, torch, torchkiln
+    import json, sys, torch, torchkiln
     from torchkiln_inductor import cpp_build
 
     builds = []
@@ -102,13 +103,16 @@ MODEL_SCRIPT = textwrap.dedent(
     x = torch.randn(16, 32)
     loss = compiled(x).square().mean()
     loss.backward()
+    # before the comparisons below: ``torch.testing.assert_close`` imports sympy
+    generator = ("sympy", "torchkiln_inductor.compile_fx", "torchkiln_inductor.lowering")
+    imported = [name for name in generator if name in sys.modules]
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     expected = model(x).square().mean()
     expected.backward()
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(grads, [p.grad for p in model.parameters()])
-    print(json.dumps({{"builds": len(builds), **torchkiln.counters["aot_cache"]}}))
+    print(json.dumps({{"builds": len(builds), "imported": imported, **torchkiln.counters["aot_cache"]}}))
     """
 )
 
@@ -128,5 +132,29 @@ def _run_model(cache: str, seed: int) -> dict:
 def test_second_process_training_a_model_traces_and_builds_nothing(tmp_path):
     first = _run_model(str(tmp_path), seed=1)
     assert first["builds"] == 2 and first["stores"] == 1 and first["misses"] == 1
+    assert len(first["imported"]) == 3
     second = _run_model(str(tmp_path), seed=2)  # other input values: the same plan
-    assert second == {"builds": 0, "hits": 1}
+    # nor does it import the compiler: the lowering, the code generators, sympy
+    assert second == {"builds": 0, "imported": [], "hits": 1}
+
+
+def test_lowered_ops_come_back_from_their_stored_names(tmp_path, monkeypatch):
+    """The decomposition table (which keys the plan cache) is built from the lowered ops'
+    names stored by the first process; names torch does not know make the lowering count
+    them again."""
+    from torchkiln.plugin import write_entry
+    from torchkiln_inductor import backend
+    from torchkiln_inductor.lowering import LOWERINGS
+
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    backend.lowered_ops.cache_clear()
+    assert backend.lowered_ops() == frozenset(LOWERINGS)  # counted, and stored
+    (entry,) = (tmp_path / "inductor").glob("lowered-ops-*")
+    assert read_entry(entry).decode().split() == sorted(str(op) for op in LOWERINGS)
+    write_entry(entry, b"aten.add.Tensor aten.mul.Tensor")
+    backend.lowered_ops.cache_clear()
+    assert backend.lowered_ops() == {torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor}
+    write_entry(entry, b"aten.add.Tensor aten.no_such_op.default")
+    backend.lowered_ops.cache_clear()
+    assert backend.lowered_ops() == frozenset(LOWERINGS)
+    backend.lowered_ops.cache_clear()
