@@ -104,6 +104,12 @@ def _where(frame) -> str:
     return f"{path}:{code.co_firstlineno}({code.co_name})"
 
 
+def _own(holder: object, name: str) -> object:
+    """``holder``'s own attribute ``name``, not ``getattr``'s: a lazy module (transformers')
+    imports on a missing attribute."""
+    return getattr(holder, "__dict__", {}).get(name)
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """An import hook: ``then(phase, module, qualname)`` for each ``(phase, qualname)`` of
     ``waiting[module]`` once that module has run."""
@@ -137,7 +143,8 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self.intervals: dict[str, list[tuple[float, float]]] = {p: [] for p in PHASES}
-        self._replaced: list[tuple[object, str, object]] = []
+        #: (class, or None for a module-level function), name, timed copy, original
+        self._replaced: list[tuple[object, str, object, object]] = []
         self._lock = threading.Lock()
         self._hook: _AfterImport | None = None
 
@@ -178,20 +185,24 @@ class PhaseClock:
             owner = getattr(owner, part)
         original = getattr(owner, name)
         timed = self.wrap(phase, original)
-        holders = [owner] if path else list(sys.modules.values())
-        for holder in holders:
-            # its own dict, not getattr: a lazy module (transformers') imports on a
-            # missing attribute
-            if getattr(holder, "__dict__", {}).get(name) is original:
+        if path:
+            setattr(owner, name, timed)
+            self._replaced.append((owner, name, timed, original))
+            return
+        for holder in list(sys.modules.values()):
+            if _own(holder, name) is original:
                 setattr(holder, name, timed)
-                self._replaced.append((holder, name, original))
+        self._replaced.append((None, name, timed, original))
 
     def uninstall(self) -> None:
-        """Put every replaced function back."""
+        """Put every replaced function back: in its class, and in every loaded module that
+        holds the timed copy (modules imported while the clock ran copied it too)."""
         if self._hook in sys.meta_path:
             sys.meta_path.remove(self._hook)
-        for holder, name, original in reversed(self._replaced):
-            setattr(holder, name, original)
+        for owner, name, timed, original in reversed(self._replaced):
+            for holder in [owner] if owner is not None else list(sys.modules.values()):
+                if _own(holder, name) is timed:
+                    setattr(holder, name, original)
         self._replaced.clear()
 
     def seconds(self) -> dict[str, float]:

@@ -33,3 +33,25 @@ def test_the_timed_functions_are_put_back():
     assert api.min_cut_partition is partition.min_cut_partition  # the copy imported too
     clock.uninstall()
     assert (partition.min_cut_partition, api.min_cut_partition) == before
+
+
+def test_a_phase_function_imported_after_the_clock_is_timed(monkeypatch, tmp_path):
+    """The backend's modules are imported by the first step, as torch.compile's are: the
+    clock wraps their functions as they load."""
+    import sys
+
+    (tmp_path / "late_phase_module.py").write_text("def work():\n    return 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(compile_phases, "PHASES", {"late": ["late_phase_module:work"]})
+    clock = compile_phases.PhaseClock()
+    clock.install()
+    try:
+        import late_phase_module
+
+        assert late_phase_module.work() == 7
+        assert len(clock.intervals["late"]) == 1
+    finally:
+        clock.uninstall()
+        sys.modules.pop("late_phase_module", None)
+    assert not hasattr(late_phase_module.work, "__wrapped__")  # put back
+    assert clock._hook not in sys.meta_path
