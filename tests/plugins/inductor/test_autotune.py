@@ -357,7 +357,7 @@ def test_default_options_light_tune_reductions_not_pointwise_kernels(
 
 
 @needs_interpreter
-def test_light_candidates_are_the_heuristic_then_twice_the_warps_then_each_loop_block_halved():
+def test_light_candidates_are_the_heuristic_twice_or_half_the_warps_and_each_loop_block_halved():
     compiled = check(three_kernels, *_three_inputs(), cpu_backend="triton")
     looped, persistent = sorted(_reductions(compiled), key=lambda k: -dict(k.rnumels)["RBLOCK0"])
 
@@ -378,6 +378,10 @@ def test_light_candidates_are_the_heuristic_then_twice_the_warps_then_each_loop_
     assert changes(looped) == [("warps", 2.0), ("RBLOCK0", 0.5)]  # the loop's block may shrink
     assert changes(persistent) == [("warps", 2.0)]  # a persistent block holds a whole row
     assert len(configs.light_candidates(looped)) < len(configs.candidates(looped))
+    # a program per row, the row held whole (the chain's softmax, a layer norm): half the warps
+    row = SimpleNamespace(meta=(("XBLOCK", 1), ("RBLOCK0", 4096)), rnumels=(("RBLOCK0", 4096),))
+    assert changes(SimpleNamespace(**vars(row), num_warps=8)) == [("warps", 2.0), ("warps", 0.5)]
+    assert changes(SimpleNamespace(**vars(row), num_warps=1)) == [("warps", 2.0)]
 
 
 def test_light_tuning_leaves_small_kernels_to_the_heuristic():
