@@ -86,12 +86,16 @@ class StackSampler(threading.Thread):
         self.join()
 
     def top(self, n: int) -> list[tuple[str, float, float]]:
-        """(function, inclusive share, own share) of the ``n`` functions with most samples."""
+        """(function, inclusive share, own share) of the ``n`` functions with most samples and
+        the ``n`` with most samples of their own (the ancestors of every call fill the first),
+        most inclusive first."""
         total = max(self.samples, 1)
-        return [
-            (where, count / total, self.own[where] / total)
-            for where, count in self.inclusive.most_common(n)
-        ]
+        picked = {where for where, _ in self.inclusive.most_common(n)}
+        picked |= {where for where, _ in self.own.most_common(n)}
+        return sorted(
+            ((where, self.inclusive[where] / total, self.own[where] / total) for where in picked),
+            key=lambda row: (-row[1], -row[2]),
+        )
 
 
 def _where(frame) -> str:
@@ -291,7 +295,7 @@ def report(model: str, case: str, results: dict[str, dict]) -> None:
         )
         for phase, seconds in r["phases"].items():
             print(f"    {phase:46s} {seconds:7.2f} s")
-        for group in ("triton_workers", "autotune", "inductor"):
+        for group in ("triton_workers", "autotune", "inductor", "aot"):
             if group in r["counters"]:
                 print(f"    counters[{group!r}]: {r['counters'][group]}")
         if r["samples"]:

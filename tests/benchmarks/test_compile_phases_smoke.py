@@ -55,3 +55,13 @@ def test_a_phase_function_imported_after_the_clock_is_timed(monkeypatch, tmp_pat
         sys.modules.pop("late_phase_module", None)
     assert not hasattr(late_phase_module.work, "__wrapped__")  # put back
     assert clock._hook not in sys.meta_path
+
+
+def test_the_sample_lists_the_busiest_functions_and_those_busy_on_their_own():
+    import collections
+
+    sampler = compile_phases.StackSampler(0)
+    sampler.samples = 10
+    sampler.inclusive = collections.Counter({"step": 10, "compile": 9, "wait": 2, "hash": 1})
+    sampler.own = collections.Counter({"compile": 3, "wait": 2, "hash": 1})
+    assert sampler.top(2) == [("step", 1.0, 0.0), ("compile", 0.9, 0.3), ("wait", 0.2, 0.2)]
