@@ -37,7 +37,7 @@ import torch
 from torch.utils._device import DeviceContext
 
 from torchkiln import config
-from torchkiln.capture import native
+from torchkiln.capture import guard_program, native
 from torchkiln.disk_cache import Uncacheable, stable_name
 
 #: A name that may start a source (group 1), or a string literal to skip over.
@@ -58,8 +58,8 @@ MODULE_STATE = (
 #: Tensor types whose metadata the C++ checks read as Python does (no ``__torch_function__``).
 _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
-#: The name of the C++ tensor checker in a guard function's namespace (``native``).
-TENSOR_CHECK = "___tensor_check"
+#: The name of the C++ guard program in a guard function's namespace (``guard_program``).
+NATIVE_GUARD = "___native_guard"
 
 
 @dataclass(frozen=True)
@@ -477,34 +477,38 @@ class GuardSet:
         guard, failure = self._function_texts(params)
         return f"{guard}\n{failure}"
 
-    def _with_native_checks(self, exprs: list[str]) -> list[str] | None:
-        """The guard function's expressions (``exprs``: :meth:`hoisted_exprs`) with the
-        tensor checks ``native``'s C++ checker makes folded into one call of it, where the
-        first was; None where there is none to fold or the checker is not built (yet).
+    def _with_native_checks(self, params: str) -> list[str] | None:
+        """The guard function's checks with those the C++ program makes (``guard_program``)
+        folded into one call of it, where the first of them was, and the rest hoisted
+        (``hoist``) among themselves; None where there is no program (turned off, not
+        built yet, or no guard it can check).
 
-        A folded check reads its tensor by the name an earlier guard (its type check) gave
-        the source: ``S.dtype is d`` was hoisted to ``name.dtype is d``; the call passes
-        ``name``. One that does not read so keeps every check in Python."""
-        specs: dict[str, tuple] = {}  # the name each tensor is read by -> its spec
-        folded: list[str] = []
-        for guard, text in zip(self.ordered(), exprs, strict=True):
-            if guard.tensor is None:
-                folded.append(text)
-                continue
-            source, spec = guard.tensor[0], guard.tensor[1:]
-            rest = guard.expr.removeprefix(source)
-            name = text.removesuffix(rest)
-            if rest == guard.expr or name == text or not name.isidentifier():
-                return None
-            if not specs:
-                folded.append("")  # the call, once its arguments are known
-            specs.setdefault(name, spec)
-        checks = native.module() if specs else None
+        The program stops at its first failing check, as the Python ``and`` chain does;
+        the checks left in Python run after it (a guard's order only decides which check
+        fails first, and a read that raises fails the guard either way)."""
+        checks = native.module()
         if checks is None:
             return None
-        self.ns[TENSOR_CHECK] = checks.tensor_check(list(specs.values()))
-        folded[folded.index("")] = f"{TENSOR_CHECK}({', '.join(specs)})"
-        return folded
+        ordered = self.ordered()
+        translated = guard_program.translate(
+            [(g.expr, g.tensor) for g in ordered],
+            params.split(", "),
+            self.ns,
+            self.module_dicts,
+            checks.guard_program,
+        )
+        if translated is None:
+            return None
+        self.ns[NATIVE_GUARD], in_program = translated
+        call = f"{NATIVE_GUARD}({params})"
+        texts: list[str] = []
+        names: dict[str, str] = {}
+        for guard, folded in zip(ordered, in_program, strict=True):
+            if not folded:
+                texts.append(hoist(guard.expr, self._sources, names, self.module_dicts))
+            elif call not in texts:
+                texts.append(call)
+        return texts
 
     def _function_texts(self, params: str) -> tuple[str, str]:
         """The guard function's text, and the first-failure function's: every check by
@@ -512,7 +516,7 @@ class GuardSet:
         exprs = self.hoisted_exprs()
         # each in parentheses: a guard may be an ``or`` (a ShapeEnv fact), which would split
         # the chain into two alternatives
-        checks = self._with_native_checks(exprs) or exprs
+        checks = self._with_native_checks(params) or exprs
         body = "\n        and ".join(f"({check})" for check in checks) or "True"
         guard = f"def ___guard({params}):\n    return (\n        {body}\n    )\n"
         lines = [f"def ___first_failure({params}):"]

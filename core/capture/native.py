@@ -1,17 +1,18 @@
-"""The guard checks built from C++ (``native_guards.cpp``): a tensor's metadata in nanoseconds.
+"""The guard checks built from C++ (``native_guards.cpp``): a guard function in microseconds.
 
-Python reads a tensor's dtype, device, requires_grad, sizes and strides at about 1 us a
-tensor; a model's guard function reads them for every parameter on every call, and that
-is most of what a compiled model costs over eager on the host. The C++ module checks a
-whole list of tensors in one call (``tensor_check``).
+A model's guard function checks hundreds of types, identities and constants and every
+parameter's metadata on every call; in Python that is 50-70 ns a check (a tensor's
+dtype, device, requires_grad, sizes and strides about 1 us), and most of what a compiled
+model costs over eager on the host. The C++ module's ``guard_program`` makes those checks
+in one call (``guard_program.py`` says which).
 
 It is built with the system's C++ compiler (``$CXX``, default ``g++``) against the torch
 that is imported, once, under a key of its source, the command line, the compiler, torch and
 Python: into the folder ``_native/`` beside this file (part of the installation, trusted as
 its code is), or where that is read-only, into the cache directory (``disk_cache``: sealed,
 checked before it is loaded). Where it is not built yet, :func:`module` starts building it
-in a background thread and returns None: guard functions compiled until it is ready check
-tensors in Python (same answers, slower). ``python -m torchkiln build-native`` builds it
+in a background thread and returns None: guard functions compiled until it is ready make
+every check in Python (same answers, slower). ``python -m torchkiln build-native`` builds it
 now (the Makefile's install does). ``config.native_guards = False``
 (``TORCHKILN_NATIVE_GUARDS=0``) keeps every check in Python.
 """

@@ -56,7 +56,7 @@ from torchkiln.capture import inference_mode
 from torchkiln.capture.aliasing import is_weight
 from torchkiln.capture.frame_capture import CacheEntry
 from torchkiln.capture.graph_break import CallThroughDispatch, ResumeCall
-from torchkiln.capture.guards import TENSOR_CHECK, Guard, GuardSet
+from torchkiln.capture.guards import NATIVE_GUARD, Guard, GuardSet
 from torchkiln.capture.signature import arg_names, local_name, params_text
 from torchkiln.disk_cache import (
     Uncacheable,
@@ -78,7 +78,7 @@ FORMAT = 2
 
 #: Names the entry's own code defines in its namespace: never stored.
 _GENERATED = {
-    "___guard", "___first_failure", "___descriptions", "___transformed", "___graph", TENSOR_CHECK,
+    "___guard", "___first_failure", "___descriptions", "___transformed", "___graph", NATIVE_GUARD,
 }  # fmt: skip
 
 #: Plain values stored by pickling: equal in every process.
