@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import json
 import os
 import pickle
 import shutil
@@ -83,18 +84,40 @@ class CompileOnlyDriver:
 
 def timed_compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> tuple:
     """Compile ``job`` into Triton's disk cache (``cache_dir``, else the environment's);
-    returns the error's text (None: compiled) and the seconds it took. ``modules``: the
-    kernel modules loaded so far, by path."""
+    returns the error's text (None: compiled), the seconds it took and the kernel's
+    :func:`record_of` (None where it failed). ``modules``: the kernel modules loaded so
+    far, by path."""
     start = time.monotonic()
+    record = None
     try:
-        _compile(job, cache_dir, modules)
+        record = record_of(_compile(job, cache_dir, modules))
         error = None
     except Exception as e:  # the launcher compiles it again and reports it there
         error = f"{type(e).__name__}: {e}"
-    return error, time.monotonic() - start
+    return error, time.monotonic() - start, record
 
 
-def _compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> None:
+def record_of(kernel: Any) -> dict | None:
+    """What ``triton_binaries.load`` needs to load a compiled kernel without Triton's JIT:
+    Triton's hash and name of it, and its source's constants, signature and argument names
+    (what its launcher reads); None where those are not plain values."""
+    src = kernel.src
+    record = {
+        "hash": kernel.hash,
+        "name": kernel.name,
+        # as pairs: a key may be a tuple (an argument's index path), which JSON keeps as a list
+        "constants": [[k, v] for k, v in getattr(src, "constants", {}).items()],
+        "signature": [[k, v] for k, v in src.signature.items()],
+        "arg_names": list(src.fn.arg_names),
+    }
+    try:
+        json.dumps(record)
+    except (TypeError, ValueError):
+        return None
+    return record
+
+
+def _compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> Any:
     path, name, dtypes, grid, meta, num_warps, num_stages = job
     if cache_dir is not None:
         os.environ["TRITON_CACHE_DIR"] = cache_dir
@@ -111,6 +134,7 @@ def _compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> None:
         options["num_stages"] = num_stages
     kernel = fn.warmup(*map(dtype_named, dtypes), grid=grid, **options, **dict(meta))
     _build_launcher(kernel)
+    return kernel
 
 
 def _build_launcher(kernel: Any) -> None:

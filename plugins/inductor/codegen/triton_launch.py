@@ -30,7 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from .triton_compile_worker import compile_options
+from torchkiln import counters
+
+from . import triton_binaries
+from .triton_compile_worker import compile_options, record_of
 
 #: Triton specializes a pointer on this divisibility (its ``tt.divisibility`` attribute)
 POINTER_ALIGNMENT = 16
@@ -115,8 +118,10 @@ class LeanLauncher:
 
     def start(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Begin compiling for the alignment of ``tensors`` (in a worker of Triton's
-        ``AsyncCompileMode`` when one is active); the first call with it finishes."""
-        self._started[_alignment(tensors)] = self._warmup(tensors)
+        ``AsyncCompileMode`` when one is active), or load the binary a compile of the same
+        kernel stored (``triton_binaries``); the first call with it finishes."""
+        aligned = _alignment(tensors)
+        self._started[aligned] = self._stored(aligned, tensors) or self._warmup(tensors)
 
     def compile_for(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Compile and load the kernel for ``tensors`` now (the autotuner does, on a worker
@@ -139,19 +144,38 @@ class LeanLauncher:
             self._options.get("num_stages"),
         )
 
+    def _key(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]):
+        code = self._fn.fn.__code__
+        return triton_binaries.key_of(
+            code.co_filename,
+            code.co_name,
+            tuple(t.dtype for t in tensors),
+            aligned,
+            {**self._meta, **self._sizes},
+            self._options["num_warps"],
+            self._options.get("num_stages"),
+        )
+
+    def _stored(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]):
+        return triton_binaries.load(self._key(aligned, tensors))
+
     def _warmup(self, tensors: tuple[torch.Tensor, ...]):
         return self._fn.warmup(
             *tensors, grid=self._grid, **self._options, **self._meta, **self._sizes
         )
 
     def _compile(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]) -> tuple:
-        """Compile for this alignment pattern (Triton's disk cache makes a repeat cheap)."""
+        """Compile for this alignment pattern, or load what a compile of it stored (Triton's
+        disk cache makes a repeat cheap either way; the stored binary skips Triton's JIT)."""
         kernel = self._started.pop(aligned, None)
         if kernel is None:
-            kernel = self._warmup(tensors)
+            kernel = self._stored(aligned, tensors) or self._warmup(tensors)
         if hasattr(kernel, "result"):  # an asynchronous compile
             kernel = kernel.result()
         run = kernel.run  # loads the binary: ``function`` is set from here on
+        if not triton_binaries.was_loaded(kernel):
+            counters["triton_binaries"]["through_jit"] += 1
+            triton_binaries.remember(self._key(aligned, tensors), record_of(kernel))
         entry = (kernel, run, kernel.function, kernel.packed_metadata, tensors[0].device.index)
         self._compiled[aligned] = entry
         return entry

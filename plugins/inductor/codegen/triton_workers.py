@@ -49,6 +49,7 @@ import torch
 
 from torchkiln import counters, logs
 
+from . import triton_binaries
 from .triton_compile_worker import read_frame, timed_compile, write_frame
 
 #: most processes compiling at once, this one included
@@ -147,7 +148,7 @@ def _started_pool() -> _Pool | None:
             from triton.runtime import driver
 
             try:
-                _pool = _Pool(pickle.dumps(driver.active.get_current_target()), count)
+                _pool = _Pool(driver.active.get_current_target(), count)
             except OSError as e:  # no Unix socket here (a temporary folder's path too long)
                 logs.log.warning("Triton compile workers: not started (%s)", e)
         return _pool
@@ -179,14 +180,16 @@ def _drain_here(todo: queue.SimpleQueue, device: int | None) -> tuple[int, int, 
     modules: dict[str, Any] = {}
     on_device = torch.cuda.device(device) if device is not None else contextlib.nullcontext()
     with on_device:
+        arch = triton_binaries.current_arch()
         while True:
             try:
                 job = todo.get_nowait()
             except queue.Empty:
                 return compiled, failed, seconds
-            error, took = timed_compile(dataclasses.astuple(job), None, modules)
+            error, took, record = timed_compile(dataclasses.astuple(job), None, modules)
             if error is None:
                 compiled += 1
+                triton_binaries.remember(triton_binaries.key_of_job(job, arch), record)
             else:
                 failed += 1
                 logs.artifact("output_code", "a Triton compile failed: %s", error)
@@ -205,7 +208,8 @@ class _Pool:
     torch at once took 4-5 s on the H200 machine, and each one's first compile 0.6 s.
     """
 
-    def __init__(self, target: bytes, count: int):
+    def __init__(self, target: Any, count: int):
+        self.arch = target.arch  # what the workers compile for
         self._folder = tempfile.mkdtemp(prefix="torchkiln-triton-workers-")
         atexit.register(shutil.rmtree, self._folder, ignore_errors=True)
         address = os.path.join(self._folder, "socket")
@@ -223,7 +227,7 @@ class _Pool:
             stdout=subprocess.DEVNULL,
             env=env,
         )
-        write_frame(self.zygote.stdin, pickle.dumps((target, address, count)))
+        write_frame(self.zygote.stdin, pickle.dumps((pickle.dumps(target), address, count)))
         self.zygote.stdin.close()
         self.workers = [_Worker(self) for _ in range(count)]
 
@@ -271,13 +275,14 @@ class _Worker:
                     break
                 try:
                     write_frame(self._stream, pickle.dumps((dataclasses.astuple(job), cache_dir)))
-                    error, took = pickle.loads(read_frame(self._stream))
+                    error, took, record = pickle.loads(read_frame(self._stream))
                 except (OSError, EOFError, pickle.UnpicklingError):
                     self.died = True
                     todo.put(job)  # another worker, or this process, compiles it
                     break
             if error is None:
                 compiled += 1
+                triton_binaries.remember(triton_binaries.key_of_job(job, self._pool.arch), record)
             else:
                 failed += 1
                 logs.artifact("output_code", "a Triton compile failed in a worker: %s", error)
