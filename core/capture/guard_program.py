@@ -38,20 +38,19 @@ _STEP = re.compile(rf"\.({_NAME})|\[('[^'\\]*'|\"[^\"\\]*\"|-?\d+)\]|(\(\))")
 _ROOT = re.compile(_NAME)
 _TYPE_OF = re.compile(rf"type\(({_NAME}{_STEPS})\)")
 
-#: ``(pattern, op, group of the source, group of the operand)``, tried in order.
-_SHAPES = [
-    (re.compile(rf"type\(({_SOURCE})\) is ({_NAME})"), OP_TYPE_IS, 1, 2),
+#: ``(pattern, op, group of the source, group of the operand)`` of the shapes that start
+#: with a builtin's call or a key (``ProgramBuilder._called``).
+_CALL_SHAPES = [
     (re.compile(rf"id\(({_SOURCE})\) == ({_NAME})"), OP_ID_EQ, 1, 2),
     (re.compile(rf"len\(({_SOURCE})\) == (\d+)"), OP_LEN_EQ, 1, 2),
     (re.compile(rf"list\(({_SOURCE})\) == (\[.*\])"), OP_LIST_EQ, 1, 2),
-    (re.compile(rf"({_SOURCE}) is (.+)"), OP_IS, 1, 2),
-    (re.compile(rf"({_SOURCE}) == (.+)"), OP_EQ, 1, 2),
     (re.compile(rf"(.+) not in ({_SOURCE})"), OP_NOT_IN, 2, 1),
-    (_SOURCE_RE, OP_TRUTHY, 0, None),
 ]
+_TYPE_IS = re.compile(rf"type\(({_SOURCE})\) is ({_NAME})")
 _NOT = re.compile(rf"not ({_SOURCE})|not \(({_SOURCE}(?: or {_SOURCE})+)\)")
 _DISJOINT = re.compile(rf"({_SOURCE})\.isdisjoint\((\(.*\))\)")
-_COPYSIGN = re.compile(rf"({_NAME})\(1\.0, ({_SOURCE})\) == (-?1\.0)")
+#: what follows ``math.copysign``'s bound name in ``copysign(1.0, S) == 1.0``
+_COPYSIGN_REST = re.compile(rf"\(1\.0, ({_SOURCE})\) == (-?1\.0)")
 #: The builtins the shapes call: a namespace that rebinds one keeps those guards in Python.
 _CALLED = ("type", "id", "len", "list")
 _CALLING_OPS = (OP_TYPE_IS, OP_ID_EQ, OP_LEN_EQ, OP_LIST_EQ)
@@ -107,57 +106,100 @@ class ProgramBuilder:
             self.checks.append((node, OP_TENSOR, rest))
 
     def _parse(self, expr: str) -> list[tuple[int, int, Any]]:
-        """Every check ``expr`` is made of, all parsed before any is added."""
-        if match := _NOT.fullmatch(expr):
-            sources = (match.group(1) or match.group(2)).split(" or ")
-            if not all(_SOURCE_RE.fullmatch(s) for s in sources):
-                raise NotNative(expr)  # " or " inside a key
-            return [(self.node(s), OP_FALSY, None) for s in sources]
+        """Every check ``expr`` is made of, all parsed before any is added. The common
+        shapes (``S is X``, ``S == X``, ``type(S) is T``, ``S``) read the source once and
+        branch on what follows it; the rarer ones are tried by their first word."""
+        if expr.startswith("not "):
+            return self._falsy(expr)
+        if expr.startswith(("id(", "len(", "list(")) or expr[:1] in "'\"":
+            return self._called(expr)
+        if (
+            expr.startswith("type(")
+            and (match := _TYPE_IS.fullmatch(expr))
+            and not self._builtins_rebound
+        ):
+            return [(self.node(match.group(1)), OP_TYPE_IS, self.value(match.group(2)))]
         if match := _DISJOINT.fullmatch(expr):
             keys = self.value(match.group(2))
             if type(keys) is not tuple:
                 raise NotNative(expr)
             node = self.node(match.group(1))
             return [(node, OP_NOT_IN, key) for key in keys]
-        if (match := _COPYSIGN.fullmatch(expr)) and self.ns.get(match.group(1)) is math.copysign:
-            return [(self.node(match.group(2)), OP_SIGN, float(match.group(3)))]
-        for pattern, op, source, operand in _SHAPES:
+        source = _SOURCE_RE.match(expr)
+        if source is None:
+            raise NotNative(expr)
+        text, rest = source.group(), expr[source.end() :]
+        if rest.startswith("(1.0, ") and self.ns.get(text) is math.copysign:
+            if match := _COPYSIGN_REST.fullmatch(rest):
+                return [(self.node(match.group(1)), OP_SIGN, float(match.group(2)))]
+            raise NotNative(expr)
+        if not rest:
+            return [(self.node(text), OP_TRUTHY, None)]
+        if rest.startswith(" == "):
+            return [(self.node(text), OP_EQ, self.value(rest[4:]))]
+        if not rest.startswith(" is "):
+            raise NotNative(expr)
+        operand = rest[4:]
+        node = self.node(text)
+        try:
+            return [(node, OP_IS, self.value(operand))]
+        except NotNative:  # ``a is b``, both read per call
+            if not _SOURCE_RE.fullmatch(operand):
+                raise
+            return [(node, OP_IS_NODE, self.node(operand))]
+
+    def _falsy(self, expr: str) -> list[tuple[int, int, Any]]:
+        """``not S`` and ``not (S1 or S2 ...)``: each source falsy."""
+        match = _NOT.fullmatch(expr)
+        if match is None:
+            raise NotNative(expr)
+        sources = (match.group(1) or match.group(2)).split(" or ")
+        if not all(_SOURCE_RE.fullmatch(s) for s in sources):
+            raise NotNative(expr)  # " or " inside a key
+        return [(self.node(s), OP_FALSY, None) for s in sources]
+
+    def _called(self, expr: str) -> list[tuple[int, int, Any]]:
+        """``id(S) == N``, ``len(S) == n``, ``list(S) == [...]``, ``'k' not in S``."""
+        for pattern, op, source, operand in _CALL_SHAPES:
             if match := pattern.fullmatch(expr):
                 if op in _CALLING_OPS and self._builtins_rebound:
                     raise NotNative(expr)
-                node = self.node(match.group(source))
-                if operand is None:
-                    return [(node, op, None)]
-                if op == OP_IS and _SOURCE_RE.fullmatch(match.group(operand)):
-                    try:
-                        return [(node, op, self.value(match.group(operand)))]
-                    except NotNative:  # ``a is b``, both read per call
-                        return [(node, OP_IS_NODE, self.node(match.group(operand)))]
-                return [(node, op, self.value(match.group(operand)))]
+                return [(self.node(match.group(source)), op, self.value(match.group(operand)))]
         raise NotNative(expr)
 
     def node(self, source: str) -> int:
-        """The node of ``source``, with those of its prefixes (made once, shared)."""
-        if source in self._node_of:
-            return self._node_of[source]
+        """The node of ``source``, with those of its prefixes (made once, shared): the
+        steps after the longest prefix made already are made."""
+        known = self._node_of.get(source)
+        if known is not None:
+            return known
         if self._builtins_rebound and "type(" in source:
             raise NotNative(source)
-        if root := _TYPE_OF.match(source):
-            node = self._child(root.group(), self.node(root.group(1)), STEP_TYPE, None)
-        else:
-            root = _ROOT.match(source)
-            assert root is not None
-            node = self._root(root.group())
-        path = root.group()
+        root = _TYPE_OF.match(source) or _ROOT.match(source)
+        assert root is not None
+        steps = []
         end = root.end()
         while step := _STEP.match(source, end):
             end = step.end()
-            attr, key, call = step.groups()
+            steps.append((end, *step.groups()))
+        if end != len(source):
+            raise NotNative(source)
+        made = len(steps)
+        while made and source[: steps[made - 1][0]] not in self._node_of:
+            made -= 1
+        if made:
+            path = source[: steps[made - 1][0]]
+            node = self._node_of[path]
+        elif root.re is _TYPE_OF:
+            path = root.group()
+            node = self._child(path, self.node(root.group(1)), STEP_TYPE, None)
+        else:
+            path = root.group()
+            node = self._root(path)
+        for end, attr, key, call in steps[made:]:
             if call is not None:
                 node = self._child(f"{path}()", node, STEP_CALL, None)
-                path = source[:end]
-                continue
-            if attr is not None and attr in self.module_dicts.get(path, ()):
+            elif attr is not None and attr in self.module_dicts.get(path, ()):
                 node = self._child(f"{path}.__dict__", node, STEP_ATTR, "__dict__")
                 if attr != "__dict__":
                     node = self._child(f"{path}.{attr}", node, STEP_ITEM, attr)
@@ -166,8 +208,6 @@ class ProgramBuilder:
             else:
                 node = self._child(f"{path}[{key}]", node, STEP_ITEM, self.value(key))
             path = source[:end]
-        if end != len(source):
-            raise NotNative(source)
         return node
 
     def _root(self, name: str) -> int:
