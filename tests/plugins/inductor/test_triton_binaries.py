@@ -163,3 +163,26 @@ def test_worker_compiles_are_recorded_for_this_process(sm90, tmp_path):
     for warps in (2, 4, 8):
         loaded = triton_binaries.load(key(module, warps=warps))
         assert loaded is not None and loaded.hash == jit_compile(module, warps)[0]["hash"]
+
+
+def test_a_launcher_finds_what_the_workers_compiled(sm90, tmp_path):
+    """The launcher's key for aligned tensors is the key the parent recorded a worker's
+    compile under: its ``start`` takes the recorded binary, no compile."""
+    from torchkiln_inductor.codegen.triton_launch import LeanLauncher
+
+    module = generated_module(tmp_path)
+    precompile_jobs = [
+        triton_workers.compile_job(
+            module.scale, (torch.float32,) * 2, (4,), {"XBLOCK": 128}, 4, None
+        ),
+        triton_workers.compile_job(
+            module.scale, (torch.float32,) * 2, (4,), {"XBLOCK": 128}, 8, None
+        ),
+    ]
+    triton_workers.precompile(precompile_jobs)
+    launcher = LeanLauncher(module.scale, (4,), {"XBLOCK": 128}, num_warps=4)
+    tensors = (torch.empty(512), torch.empty(512))  # torch allocates 16-byte aligned
+    launcher.start(tensors)
+    (started,) = launcher._started.values()
+    assert triton_binaries.was_loaded(started)
+    assert started.hash == jit_compile(module, 4)[0]["hash"]
