@@ -21,12 +21,8 @@ import torch
 triton = pytest.importorskip("triton", reason="needs triton")
 pytest.importorskip("triton.backends.nvidia", reason="needs Triton's NVIDIA backend")
 
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.runtime import driver  # noqa: E402
-
 from torchkiln import counters  # noqa: E402
 from torchkiln_inductor.codegen import triton_binaries, triton_workers  # noqa: E402
-from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver  # noqa: E402
 
 KERNELS = """
 import triton
@@ -38,23 +34,6 @@ def scale(x_ptr, y_ptr, XBLOCK: tl.constexpr):
     offsets = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     tl.store(y_ptr + offsets, tl.load(x_ptr + offsets) * 2.0)
 """
-
-
-@pytest.fixture
-def sm90(tmp_path, monkeypatch):
-    """An H100's target, fresh Triton and torchkiln caches, and the workers stopped after.
-    Only workers and child processes compile: the test suite imported Triton's language to
-    interpret it (``TRITON_INTERPRET=1``), so nothing compiles in this process."""
-    monkeypatch.setattr(triton_workers, "_drain_here", lambda todo, device: (0, 0, 0.0))
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path / "kiln"))
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
-    yield tmp_path / "triton"
-    driver._active = None
-    if triton_workers._pool is not None:
-        triton_workers._pool.close()
-    triton_workers._pool, triton_workers._stopped = None, False
 
 
 def generated_module(tmp_path):

@@ -17,12 +17,8 @@ import torch
 triton = pytest.importorskip("triton", reason="needs triton")
 pytest.importorskip("triton.backends.nvidia", reason="needs Triton's NVIDIA backend")
 
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.runtime import driver  # noqa: E402
-
 from torchkiln import counters  # noqa: E402
 from torchkiln_inductor.codegen import triton_workers  # noqa: E402
-from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver  # noqa: E402
 
 KERNELS = """
 import triton
@@ -46,23 +42,6 @@ def mixed(x_ptr, i_ptr, m_ptr, y_ptr, XBLOCK: tl.constexpr):
 def broken(x_ptr, XBLOCK: tl.constexpr):
     tl.store(x_ptr + tl.arange(0, XBLOCK), undefined_name)
 """
-
-
-@pytest.fixture
-def sm90(tmp_path, monkeypatch):
-    """An H100's target in this process too, compiled kernels (not interpreted), a fresh
-    Triton cache, and the workers stopped after. Only the workers compile: the test suite
-    imported Triton's language to interpret it (``TRITON_INTERPRET=1``), so nothing
-    compiles in this process (``SELF_AND_WORKERS`` covers this process's share)."""
-    monkeypatch.setattr(triton_workers, "_drain_here", lambda todo, device: (0, 0, 0.0))
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # compile: the test suite interprets
-    driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
-    yield tmp_path / "triton"
-    driver._active = None  # the real driver again, on next use
-    if triton_workers._pool is not None:
-        triton_workers._pool.close()
-    triton_workers._pool, triton_workers._stopped = None, False
 
 
 def kernels(tmp_path):
