@@ -1,9 +1,8 @@
 """A kernel compiled once is found again by torchkiln's own key (``codegen/triton_binaries``):
 its record names Triton's compiled binary, which loads without Triton's JIT.
 
-No GPU is needed to compile and to find the binary: the workers and this process compile for
-an H100's target (``sm90``) through the compile-only driver (Triton's wheel carries
-``ptxas``). Loading a binary onto a GPU and launching it are checked on the GPU machine
+No GPU is needed to compile and to find the binary: workers and child processes compile for
+an H100's target (``sm90``, the ``sm90`` fixture) through the compile-only driver. Loading a binary onto a GPU and launching it are checked on the GPU machine
 (``test_triton_binaries_gpu.py``).
 """
 
