@@ -67,12 +67,19 @@ class GraphCompiler:
     applied: AppliedWrappers | None = field(default=None, compare=False, repr=False)
     static_shapes: bool = False
     data_dependent_sizes: bool = True
+    prepare: Callable[[set[torch.device]], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.runtime_wrappers and self.applied is None:
             self.applied = AppliedWrappers(
                 [lookup_runtime_wrapper(name) for name in self.runtime_wrappers]
             )
+
+    def before_capture(self, args: tuple) -> None:
+        """A frame called with ``args`` is about to be captured: the backend's ``prepare``
+        (``Backend.prepare``) gets the devices of the tensors among them."""
+        if self.prepare is not None:
+            self.prepare({a.device for a in args if isinstance(a, torch.Tensor)})
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         compile_one = bucketed(self._compile)  # split at DDP's buckets inside a DDP forward
@@ -270,6 +277,7 @@ def resolve_backend(
             tuple(dict.fromkeys(wrappers)),
             static_shapes=not record.dynamic_shapes,
             data_dependent_sizes=record.data_dependent_sizes,
+            prepare=record.prepare,
         )
     compile_fn = backend.compile if callable(getattr(backend, "compile", None)) else backend
     if not callable(compile_fn):
@@ -324,10 +332,18 @@ def _resolve_chain(
         "static_shapes": not all(r.dynamic_shapes for r in records),
         "data_dependent_sizes": all(r.data_dependent_sizes for r in records),
     }
+    preparers = [r.prepare for r in records if r.prepare is not None]
+    shapes["prepare"] = functools.partial(_prepare_all, preparers) if preparers else None
     if len(links) == 1 and record.capabilities is None:
         return GraphCompiler(record.name, record.compile_fn, chosen, wrappers, **shapes)
     chain = BackendChain(links)
     return GraphCompiler(chain.name, chain, {}, tuple(dict.fromkeys(wrappers)), **shapes)
+
+
+def _prepare_all(preparers: list[Callable], devices: set[torch.device]) -> None:
+    """A chain's ``prepare``: each of its backends'."""
+    for prepare in preparers:
+        prepare(devices)
 
 
 def _mode_wrappers(mode: str, backend: str, declared: Mapping[str, Any]) -> tuple[str, ...]:

@@ -213,6 +213,11 @@ class Backend:
     ``dtypes`` names the floating-point dtypes besides float32 that the backend runs
     (e.g. ``("bfloat16", "float16")``): the conformance kit (``torchkiln.testing``)
     checks them too.
+
+    ``prepare(devices)``, if given, is called as the capture of a frame compiled for this
+    backend begins, with the set of devices of the tensors among the frame's arguments: it
+    starts slow one-time work the compile will need (a pool of compiler processes, say)
+    in the background, so that it overlaps the capture. It must return at once.
     """
 
     name: str
@@ -227,6 +232,7 @@ class Backend:
     dtypes: tuple[str, ...] = ()
     dynamic_shapes: bool = True
     data_dependent_sizes: bool | None = None
+    prepare: Callable[[set[Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if self.data_dependent_sizes is None:

@@ -225,6 +225,9 @@ def _run_for_miss(
     try:
         entry = persist.load(fn, cfg, args) if config.persist_captures else None
         if entry is None:
+            before_capture = getattr(cfg.compile_graph, "before_capture", None)
+            if before_capture is not None:
+                before_capture(args)
             data_dependent = data_dependent_break(cfg.compile_graph)
             with dynamic_policy(cfg.dynamic, history, data_dependent):
                 entry = capture_frame(fn, args, cfg)

@@ -214,7 +214,6 @@ def _compile_workers_starter(gpu: torch.device | None) -> Callable[[], None] | N
     def start() -> None:
         from .codegen.triton_workers import warm_pool
 
-        with torch.cuda.device(gpu):
-            warm_pool()
+        warm_pool(gpu)
 
     return start

@@ -203,3 +203,38 @@ def test_compiled_module_calls_the_compiled_forward():
     wrapper = CompiledModule(model, lambda forward: compiled_forward)
     torch.testing.assert_close(wrapper(x), model(x))
     assert len(calls) == 1
+
+
+@pytest.fixture
+def preparing_backend(monkeypatch):
+    """A registered backend whose ``prepare`` records the devices it is given and whether a
+    graph had been compiled by then."""
+    registry._registry._discover()
+    monkeypatch.setattr(registry._registry, "_backends", dict(registry._registry._backends))
+    calls, compiled = [], []
+
+    def compile_fn(gm, example_inputs):
+        compiled.append(gm)
+        return gm.forward
+
+    def prepare(devices):
+        calls.append((devices, len(compiled)))
+
+    torchkiln.register_backend(Backend("preparing", compile_fn, prepare=prepare))
+    return calls
+
+
+def test_prepare_runs_as_each_capture_begins_with_the_arguments_devices(preparing_backend):
+    compiled = torchkiln.compile(lambda x, n: x * n, backend="preparing")
+    compiled(torch.randn(3), 2)
+    assert preparing_backend == [({torch.device("cpu")}, 0)]  # before the graph compiled
+    compiled(torch.randn(3), 2)  # a cache hit captures nothing
+    assert len(preparing_backend) == 1
+    compiled(torch.randn(3), 3)  # a recompile captures again
+    assert [devices for devices, _ in preparing_backend] == [{torch.device("cpu")}] * 2
+
+
+def test_prepare_of_a_chain_calls_each_backend_that_has_one(preparing_backend):
+    compiled = torchkiln.compile(lambda x: x + 1, backend=["preparing"])
+    compiled(torch.randn(2))
+    assert preparing_backend == [({torch.device("cpu")}, 0)]

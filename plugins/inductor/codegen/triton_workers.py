@@ -20,8 +20,9 @@ failure where it always did.
 The workers are forked from a zygote process that imported Triton and compiled a first
 kernel (this process has a CUDA context: it can't fork); they connect back over a
 Unix socket and live as long as this process. One that dies stops them all. :func:`warm_pool`
-starts the zygote when a CUDA graph's compile begins, so that its imports overlap the
-tracing and lowering before the first kernel is ready; until workers connect, this
+starts the zygote when the capture of a frame with CUDA tensors begins (the plugin's
+``prepare``), or else when a CUDA graph's compile begins, so that its start-up overlaps the
+capture, tracing and lowering before the first kernel is ready; until workers connect, this
 process compiles the jobs itself, and it keeps taking jobs alongside them after.
 """
 
@@ -127,10 +128,11 @@ def precompile(jobs: list[CompileJob]) -> None:
         _stop("a worker process died")
 
 
-def warm_pool() -> None:
-    """Start the workers now (milliseconds here: the zygote warms Triton on its own, then
-    forks them)."""
-    _started_pool()
+def warm_pool(gpu: torch.device | None = None) -> None:
+    """Start the workers now, compiling for ``gpu`` (default: the current GPU); milliseconds
+    here: the zygote warms Triton on its own, then forks them."""
+    with torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext():
+        _started_pool()
 
 
 def is_warm() -> bool:
