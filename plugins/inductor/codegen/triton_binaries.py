@@ -35,6 +35,9 @@ from torchkiln.disk_cache import cache_dir, discard, read_entry, write_entry
 
 #: modules ``TritonModule.load`` writes: their name is their source's digest
 _DIGEST_NAMED = re.compile(r"kiln_[0-9a-f]{24}\.py")
+#: the files of a compiled kernel's group in Triton's cache that a load reads: its metadata
+#: and its binary (CUDA's cubin, ROCm's hsaco)
+_LOADED_SUFFIXES = (".json", ".cubin", ".hsaco")
 #: environment variables that name where Triton keeps files or finds its tools, not how it
 #: compiles: a binary built under other values is the same kernel
 _NOT_IN_KEY = ("TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_HOME")
@@ -120,6 +123,10 @@ def load(key: BinaryKey | None) -> Any | None:
     group = get_cache_manager(record["hash"]).get_group(f"{record['name']}.json")
     if group is None:
         return None  # Triton's cache was emptied: compile again
+    # the metadata and the binary: ``CompiledKernel`` reads every file it is given, and the
+    # IR texts (ttir, ttgir, llir, ptx) are for debugging (a warm hf_bert step read 101
+    # kernels' on the H200)
+    group = {k: v for k, v in group.items() if k.endswith(_LOADED_SUFFIXES)}
     source = SimpleNamespace(
         constants={_as_triton_had_it(k): v for k, v in record["constants"]},
         signature={_as_triton_had_it(k): v for k, v in record["signature"]},

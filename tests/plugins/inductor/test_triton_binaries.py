@@ -90,6 +90,7 @@ def test_a_recorded_kernel_loads_as_the_jit_compiled_one(sm90, tmp_path):
     assert triton_binaries.was_loaded(loaded)
     assert loaded.hash == record["hash"] and loaded.name == "scale"
     assert hashlib.sha256(loaded.kernel).hexdigest() == binary  # the same cubin
+    assert set(loaded.asm) == {"cubin"}  # the IR texts beside it are not read
     assert list(loaded.packed_metadata) == packed
     # what the launcher reads of the source, as Triton had it
     assert loaded.src.signature == {"x_ptr": "*fp32", "y_ptr": "*fp32", "XBLOCK": "constexpr"}
