@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
+import re
+import threading
 from dataclasses import dataclass
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -58,21 +62,21 @@ class TritonModule:
     template_tuning: TuningSettings | None = None
 
     def load(self, namespace: dict[str, Any], fresh: bool = False) -> None:
-        """Import the source (Triton reads a kernel's source from its file, written to a folder
+        """Write the source to a file (Triton reads a kernel's source from its file, in a folder
         of this process's own: one in the cache could hold someone else's code) and bind
         each kernel's launcher into ``namespace``, the wrapper's globals (where a tuned kernel
-        puts its winner in its own place). ``fresh``: generated just now, so its kernels go
-        to the compile workers; a plan-cache load finds them in Triton's cache."""
+        puts its winner in its own place). ``fresh``: generated just now, so the module is
+        imported and its kernels go to the compile workers; a plan-cache load finds them in
+        Triton's cache, and imports the module only if one is missing (``KernelModule``)."""
         from torchkiln.plugin import private_cache_dir, scratch_dir
 
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:24]
         path = scratch_dir() / f"kiln_{digest}.py"
         if not path.exists():
             path.write_text(self.source)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = KernelModule(path, self.source)
+        if fresh or os.environ.get("TRITON_INTERPRET") == "1":
+            module = module.imported()  # its kernels compile now (the interpreter runs them)
         root = private_cache_dir()  # Triton's cache holds libraries it loads: only a trusted one
         if root is not None:
             use_triton_cache(root)
@@ -102,3 +106,56 @@ class TritonModule:
         compile_at_once(kernels, in_workers=fresh, jobs=jobs)
         namespace.update(launchers)
         namespace.update(tuned)
+
+
+class KernelModule:
+    """A generated module of Triton kernels, imported at the first need of a kernel's function.
+
+    A graph loaded from the plan cache finds each compiled kernel by torchkiln's key
+    (``triton_binaries``): its module's file and the kernel's name, its arguments and launch
+    options. Until one must compile, its launchers hold an :class:`UnimportedKernel` of
+    this module, and the module is not imported: Triton's ``@jit`` reads each function's
+    source with ``inspect`` (0.08 s of hf_bert's warm training step on the H200, beside
+    compiling and running the module's source)."""
+
+    def __init__(self, path, source: str):
+        self.path = str(path)
+        self._source = source
+        self._module: ModuleType | None = None
+        self._lock = threading.Lock()  # a graph's launchers compile on a pool of threads
+
+    def __getattr__(self, name: str) -> UnimportedKernel:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        decorator = re.search(rf"^@triton\.jit(\(.*\))?\ndef {name}\(", self._source, re.M)
+        if decorator is None:
+            raise AttributeError(f"{os.path.basename(self.path)} has no kernel {name!r}")
+        return UnimportedKernel(self, name, "debug=True" in (decorator.group(1) or ""))
+
+    def imported(self) -> ModuleType:
+        with self._lock:
+            if self._module is None:
+                spec = importlib.util.spec_from_file_location(
+                    os.path.basename(self.path)[:-3], self.path
+                )
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                self._module = module
+            return self._module
+
+
+class UnimportedKernel:
+    """A kernel of a :class:`KernelModule` before its import: what a launcher reads to find
+    the kernel's binary by key (``fn.__code__``'s file and name, as a ``JITFunction`` has
+    them; ``debug``, whether it keeps asserts) here; anything else (``warmup``: a compile)
+    from the function itself, imported with its module."""
+
+    def __init__(self, module: KernelModule, name: str, debug: bool):
+        self._module = module
+        self._name = name
+        self.fn = SimpleNamespace(__code__=SimpleNamespace(co_filename=module.path, co_name=name))
+        self.debug = debug
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(getattr(self._module.imported(), self._name), attribute)

@@ -165,3 +165,51 @@ def test_a_launcher_finds_what_the_workers_compiled(sm90, tmp_path):
     (started,) = launcher._started.values()
     assert triton_binaries.was_loaded(started)
     assert started.hash == jit_compile(module, 4)[0]["hash"]
+
+
+CHECKED_KERNELS = (
+    KERNELS
+    + """
+
+@triton.jit(debug=True)
+def checked(x_ptr, y_ptr, XBLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    tl.device_assert(offsets >= 0)
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets))
+"""
+)
+
+
+def test_an_unimported_kernel_keys_its_binary_as_the_imported_one(sm90, tmp_path):
+    """A graph from the plan cache binds launchers to its kernels before importing their
+    module (``KernelModule``): each launcher's key and compile options are the ones the
+    imported ``@triton.jit`` function gives, and the module is imported only when a launcher
+    must compile."""
+    from torchkiln_inductor.codegen.triton_launch import LeanLauncher
+    from torchkiln_inductor.codegen.triton_module import KernelModule
+
+    path = tmp_path / "kiln_0123456789abcdef01234567.py"
+    path.write_text(CHECKED_KERNELS)
+    lazy = KernelModule(path, CHECKED_KERNELS)
+    tensors = (torch.empty(8), torch.empty(8))
+    aligned = (True, True)
+    for name in ("scale", "checked"):
+        launcher = LeanLauncher(getattr(lazy, name), (1,), {"XBLOCK": 8}, 4)
+        imported = LeanLauncher(getattr(lazy.imported(), name), (1,), {"XBLOCK": 8}, 4)
+        assert launcher._key(aligned, tensors) == imported._key(aligned, tensors) is not None
+        assert launcher._options == imported._options
+    assert LeanLauncher(lazy.checked, (1,), {"XBLOCK": 8}, 4)._options["sanitize_overflow"] is False
+    with pytest.raises(AttributeError, match="no kernel 'missing'"):
+        getattr(lazy, "missing")  # noqa: B009  (the attribute access under test)
+
+
+def test_an_unimported_kernel_imports_its_module_for_what_it_does_not_know(tmp_path):
+    from torchkiln_inductor.codegen.triton_module import KernelModule
+
+    path = tmp_path / "kiln_0123456789abcdef01234567.py"
+    path.write_text(KERNELS)
+    lazy = KernelModule(path, KERNELS)
+    kernel = lazy.scale
+    assert lazy._module is None
+    assert kernel.arg_names == ["x_ptr", "y_ptr", "XBLOCK"]  # the JITFunction's
+    assert lazy._module is not None
