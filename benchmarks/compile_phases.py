@@ -9,7 +9,9 @@ timed, then the median of ``STEADY_STEPS`` more, and compile time is their diffe
 ``benchmarks.warm_start`` counts it. The ``compile(model)`` call is in the first step, as
 in the harness (``rows.first_step``): ``torch.compile`` imports TorchDynamo there (4.5-5.9 s
 in a process of the H200 machine, whose packages have no bytecode caches), where
-torchkiln imports it at the first capture (torch's fake tensors need it). For torchkiln backends the first step is split into phases by timing a few
+torchkiln imports it at the first capture (torch's fake tensors need it). A training
+workload's optimizer is made before the clock starts, as a training loop makes it before
+its first step (``cases.LateForward``): it imports TorchDynamo for both. For torchkiln backends the first step is split into phases by timing a few
 functions of the pipeline (capture, the AOT layer's tracing and partitioning, the
 inductor's generation, the wait for Triton's compiles, a training graph's forward and
 backward compiled together (on a GPU), first-call tuning, the backward's lazy compile). A phase's time is the union of its calls' wall intervals, so nested and
@@ -249,7 +251,7 @@ def child(model: str, backend: str, case: str, device: str, size: str, sample: i
 def _steps(model: str, backend: str, case: str, device: str, size: str, sample: int) -> dict:
     import torch
 
-    from benchmarks.cases import make_workload
+    from benchmarks.cases import LateForward, make_workload
     from benchmarks.models import MODELS
     from benchmarks.rows import on_device
     from benchmarks.variants import parse_variant
@@ -260,10 +262,10 @@ def _steps(model: str, backend: str, case: str, device: str, size: str, sample: 
     sampler = StackSampler(threading.get_ident()) if sample else None
     if sampler:
         sampler.start()
+    forward = LateForward()  # the workload (its optimizer) first, as in the harness
+    work = make_workload(built.module, forward, built.inputs, case)
     start = time.perf_counter()
-    compiled = parse_variant(backend).compile(built.module)
-    # the optimizer too (``torch.optim`` imports TorchDynamo, which the compile may import)
-    work = make_workload(built.module, compiled, built.inputs, case)
+    forward.fn = parse_variant(backend).compile(built.module)
     compile_call = time.perf_counter() - start
 
     def step() -> float:

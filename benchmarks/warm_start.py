@@ -5,7 +5,8 @@ fresh cache directory (``TORCHKILN_CACHE_DIR`` and friends, see
 ``benchmarks.caches``). Each child builds the model and its inputs, then times
 the first step of ``torchkiln.compile(model, backend=...)`` in the ``--case``:
 inference (eval mode, under ``torch.no_grad``) or training (train mode, forward,
-``benchmarks.cases.loss_of``, backward; no optimizer step, which compiles nothing):
+``benchmarks.cases.loss_of``, backward; an optimizer made before the clock starts, as a
+training loop makes it, but no optimizer step, which compiles nothing):
 the first child compiles cold, the second finds the on-disk caches filled and
 measures what is left (frame capture, guards, loading compiled artifacts).
 Each child then runs ``STEADY_STEPS`` more steps: a step's own work (the model's
@@ -55,6 +56,8 @@ def first_step_seconds(
     if cuda:
         built = on_device(built, torch.device(device), torch.bfloat16)
     built.module.train(case == "training")
+    if case == "training":  # as a training loop does before its first step (``LateForward``)
+        torch.optim.AdamW(built.module.parameters())
     start = time.perf_counter()  # the compile call counts with the first step, as in the harness
     compiled = torchkiln.compile(built.module, backend=backend)
     compile_call = time.perf_counter() - start
