@@ -303,7 +303,7 @@ def report(model: str, case: str, results: dict[str, dict]) -> None:
         )
         for phase, seconds in r["phases"].items():
             print(f"    {phase:46s} {seconds:7.2f} s")
-        for group in ("triton_workers", "autotune", "inductor", "aot"):
+        for group in ("triton_workers", "triton_launch", "autotune", "inductor", "aot"):
             if group in r["counters"]:
                 print(f"    counters[{group!r}]: {r['counters'][group]}")
         if r["samples"]:

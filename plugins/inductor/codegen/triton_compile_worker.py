@@ -12,6 +12,7 @@ A job is a tuple ``(path, name, dtypes, grid, meta, num_warps, num_stages)``: ke
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 import json
@@ -137,13 +138,45 @@ def _compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> Any:
     return kernel
 
 
-def _build_launcher(kernel: Any) -> None:
-    """Build the C launcher that Triton up to 3.6 makes for a kernel's signature when the
-    parent first loads it (Triton's cache keys it on its source). Later Triton launches
-    every kernel through one prebuilt launcher: nothing to build."""
+#: Triton's argument types that fit one 8-byte parameter slot as an integer
+_INTEGER_TYPES = frozenset(("i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"))
+
+
+def launchable(kernel: Any) -> bool:
+    """Whether ``cuda_launch.DirectLaunch`` launches ``kernel`` (a ``CompiledKernel``, or what a
+    compile worker returns) where Triton would build a launcher for it: pointer and
+    integer arguments, one CTA a program, no scratch memory, no special launch."""
+    if not _triton_builds_launchers():
+        return False
+    meta = kernel.metadata
+    if getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_pdl", False):
+        return False
+    if getattr(meta, "launch_cooperative_grid", False) or getattr(meta, "tensordesc_meta", None):
+        return False
+    if getattr(meta, "global_scratch_size", 0) or getattr(meta, "profile_scratch_size", 0):
+        return False
+    return all(
+        isinstance(ty, str) and (ty == "constexpr" or ty[0] == "*" or ty in _INTEGER_TYPES)
+        for ty in kernel.src.signature.values()
+    )
+
+
+@functools.cache
+def _triton_builds_launchers() -> bool:
+    """Triton up to 3.6 compiles a C launcher per signature (``make_launcher``)."""
     from triton.backends.nvidia import driver as nvidia
 
-    if hasattr(nvidia, "make_launcher"):
+    return hasattr(nvidia, "make_launcher")
+
+
+def _build_launcher(kernel: Any) -> None:
+    """Build the C launcher that Triton up to 3.6 makes for a kernel's signature when the
+    parent first loads it (Triton's cache keys it on its source), for a kernel the parent
+    can't launch itself (``cuda_launch``). Later Triton launches every kernel through one
+    prebuilt launcher: nothing to build."""
+    from triton.backends.nvidia import driver as nvidia
+
+    if hasattr(nvidia, "make_launcher") and not launchable(kernel):
         nvidia.CudaLauncher(kernel.src, kernel.metadata)
 
 
@@ -208,8 +241,8 @@ def _serve(address: str) -> None:
         write_frame(stream, pickle.dumps(timed_compile(job, cache_dir, modules)))
 
 
-#: what the zygote compiles before it forks: Triton's imports, its backend's first-use setup
-#: and a first C launcher's build (0.6 s in a fresh process) are then done for every worker
+#: what the zygote compiles before it forks: Triton's imports and its backend's first-use
+#: setup are then done for every worker
 WARM_UP_KERNEL = """
 import triton
 import triton.language as tl

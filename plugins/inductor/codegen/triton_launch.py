@@ -6,8 +6,9 @@ kernels it launches. The kernels torchkiln generates have a fixed signature (ten
 pointers, then block sizes as constexprs) and a grid fixed at compile time, so the only
 thing that can differ between two calls is whether each pointer is 16-byte aligned,
 which Triton specializes on. :class:`LeanLauncher` compiles once per alignment pattern
-(``JITFunction.warmup``) and then calls the compiled kernel's launcher directly, on the
-current CUDA stream. :class:`InterpretedLauncher` keeps the plain call for Triton's
+(``JITFunction.warmup``) and then launches the compiled kernel directly, on the current
+CUDA stream: with ``cuLaunchKernel`` where Triton would build a C launcher for it
+(``cuda_launch``), else through Triton's launcher. :class:`InterpretedLauncher` keeps the plain call for Triton's
 interpreter (CPU tensors, ``TRITON_INTERPRET=1``), where nothing is compiled.
 
 A kernel of a graph with symbolic sizes also takes the sizes, after the tensors, and is
@@ -32,7 +33,7 @@ import torch
 
 from torchkiln import counters
 
-from . import triton_binaries
+from . import cuda_launch, triton_binaries
 from .triton_compile_worker import compile_options, record_of
 
 #: Triton specializes a pointer on this divisibility (its ``tt.divisibility`` attribute)
@@ -104,29 +105,35 @@ class LeanLauncher:
         self._hooks = knobs.runtime
 
     def __call__(self, *tensors: torch.Tensor) -> None:
-        aligned = _alignment(tensors)
+        pointers = [t.data_ptr() for t in tensors]
+        aligned = _alignment(pointers)
         entry = self._compiled.get(aligned)
         if entry is None:
             entry = self._compile(aligned, tensors)
-        kernel, run, function, packed, device = entry
+        kernel, direct, device = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
-        args = (*tensors, *self._constexprs)
         enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
+        if direct is not None and enter is None and leave is None:
+            direct(*self._grid3, stream, pointers)
+            return
+        args = (*tensors, *self._constexprs)
         # a profiler's hooks want the launch's metadata (Triton 3.9 keeps hooks in a chain)
         metadata = kernel.launch_metadata(self._grid, stream, *args) if _any(enter) else None
-        run(*self._grid3, stream, function, packed, metadata, enter, leave, *args)
+        run = _triton_launcher(kernel, direct)
+        run(*self._grid3, stream, kernel.function, kernel.packed_metadata, metadata, enter,
+            leave, *args)  # fmt: skip
 
     def start(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Begin compiling for the alignment of ``tensors`` (in a worker of Triton's
         ``AsyncCompileMode`` when one is active), or load the binary a compile of the same
         kernel stored (``triton_binaries``); the first call with it finishes."""
-        aligned = _alignment(tensors)
+        aligned = _alignment([t.data_ptr() for t in tensors])
         self._started[aligned] = self._stored(aligned, tensors) or self._warmup(tensors)
 
     def compile_for(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Compile and load the kernel for ``tensors`` now (the autotuner does, on a worker
         thread, so that a config that fails to compile or load fails there)."""
-        aligned = _alignment(tensors)
+        aligned = _alignment([t.data_ptr() for t in tensors])
         if aligned not in self._compiled:
             self._compile(aligned, tensors)
 
@@ -172,11 +179,18 @@ class LeanLauncher:
             kernel = self._stored(aligned, tensors) or self._warmup(tensors)
         if hasattr(kernel, "result"):  # an asynchronous compile
             kernel = kernel.result()
-        run = kernel.run  # loads the binary: ``function`` is set from here on
+        device = tensors[0].device.index
+        if cuda_launch.launchable(kernel):
+            direct = cuda_launch.DirectLaunch(kernel, device)  # loads the binary
+            counters["triton_launch"]["direct"] += 1
+        else:
+            direct = None
+            kernel._init_handles()  # loads the binary and makes Triton's launcher
+            counters["triton_launch"]["through_triton"] += 1
         if not triton_binaries.was_loaded(kernel):
             counters["triton_binaries"]["through_jit"] += 1
             triton_binaries.remember(self._key(aligned, tensors), record_of(kernel))
-        entry = (kernel, run, kernel.function, kernel.packed_metadata, tensors[0].device.index)
+        entry = (kernel, direct, device)
         self._compiled[aligned] = entry
         return entry
 
@@ -197,26 +211,40 @@ class SizedLeanLauncher(LeanLauncher):
         super().__init__(fn, grid, meta, num_warps, num_stages, sizes)
         self._xblock = meta["XBLOCK"]
         self._tensors = slice(0, -len(sizes))
+        self._sizes_at = -len(sizes)
 
     def __call__(self, xnumel: int, *args) -> None:
         # LeanLauncher.__call__'s steps, inlined with a grid per call: a shared helper would
         # cost every static kernel's launch a Python call more
         tensors = args[self._tensors]
-        aligned = _alignment(tensors)
+        pointers = [t.data_ptr() for t in tensors]
+        aligned = _alignment(pointers)
         entry = self._compiled.get(aligned)
         if entry is None:
             entry = self._compile(aligned, tensors)
-        kernel, run, function, packed, device = entry
+        kernel, direct, device = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
         grid = (-(-xnumel // self._xblock), 1, 1)
-        args = (*args, *self._constexprs)
         enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
+        if direct is not None and enter is None and leave is None:
+            pointers += args[self._sizes_at :]
+            direct(*grid, stream, pointers)
+            return
+        args = (*args, *self._constexprs)
         metadata = kernel.launch_metadata(grid, stream, *args) if _any(enter) else None
-        run(*grid, stream, function, packed, metadata, enter, leave, *args)
+        run = _triton_launcher(kernel, direct)
+        run(*grid, stream, kernel.function, kernel.packed_metadata, metadata, enter, leave,
+            *args)  # fmt: skip
 
 
-def _alignment(tensors: tuple[torch.Tensor, ...]) -> tuple[bool, ...]:
-    return tuple(t.data_ptr() % POINTER_ALIGNMENT == 0 for t in tensors)
+def _alignment(pointers: list[int]) -> tuple[bool, ...]:
+    return tuple(p % POINTER_ALIGNMENT == 0 for p in pointers)
+
+
+def _triton_launcher(kernel, direct):
+    """Triton's launcher of ``kernel``: its own, or built now for a kernel loaded for
+    :class:`cuda_launch.DirectLaunch` (launches a profiler's hooks watch go through it)."""
+    return kernel.run if direct is None else cuda_launch.triton_launcher(kernel)
 
 
 def compile_at_once(

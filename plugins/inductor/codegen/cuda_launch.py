@@ -1,0 +1,151 @@
+"""Launching compiled Triton kernels with the CUDA driver's ``cuLaunchKernel``, through ctypes.
+
+Triton up to 3.6 builds a C launcher for each kernel signature with the host's C compiler
+when a kernel is first loaded (0.15-0.26 s a signature on the CPU VM, about as long as
+compiling the kernel; a cold compile's workers built one beside each kernel). torch's
+inductor launches its kernels through a launcher built into torch instead. A kernel
+torchkiln generates needs nothing of what Triton's launcher adds (tensor descriptors,
+thread-block clusters, cooperative grids, scratch memory): its arguments are device
+pointers and integers, so :class:`DirectLaunch` fills one parameter buffer and calls
+``cuLaunchKernel`` itself, with nothing to build. Kernels it can't take
+(:func:`launchable`), and every kernel where Triton's launchers need no build (Triton 3.9
+launches all kernels through one prebuilt launcher), keep Triton's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from typing import Any
+
+from .triton_compile_worker import launchable
+
+__all__ = ["DirectLaunch", "launchable", "triton_launcher"]
+
+_MASK64 = (1 << 64) - 1
+#: ``CUDA_ERROR_INVALID_CONTEXT``: no context is current on the calling thread
+_INVALID_CONTEXT = 201
+
+
+class DirectLaunch:
+    """One loaded kernel, launched by ``(grid_x, grid_y, grid_z, stream, values)``: the
+    values of its non-constexpr arguments in order (pointers as integers)."""
+
+    def __init__(self, kernel: Any, device: int):
+        _load(kernel, device)
+        self._name = kernel.name
+        self._device = device
+        self._function = ctypes.c_void_p(kernel.function)
+        self._threads = kernel.metadata.num_warps * 32
+        self._shared = kernel.metadata.shared
+        count = sum(ty != "constexpr" for ty in kernel.src.signature.values())
+        self._count = count
+        # a slot per argument, then Triton's two scratch pointers (null: none is used)
+        self._slots = (ctypes.c_uint64 * (count + 2))()
+        size = ctypes.sizeof(ctypes.c_uint64)
+        base = ctypes.addressof(self._slots)
+        self._params = (ctypes.c_void_p * (count + 2))(*(base + i * size for i in range(count + 2)))
+        self._launch = _driver().cuLaunchKernel
+        # the parameter buffer is shared by the calls: one fills it and launches at a time
+        self._lock = threading.Lock()
+
+    def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: int, values) -> None:
+        if not (grid_x and grid_y and grid_z):
+            return  # nothing to run, as Triton's launcher skips it
+        with self._lock:
+            try:
+                self._slots[: self._count] = values
+            except OverflowError:  # a negative integer argument: its two's complement
+                self._slots[: self._count] = [v & _MASK64 for v in values]
+            result = self._launch(
+                self._function, grid_x, grid_y, grid_z, self._threads, 1, 1,
+                self._shared, stream, self._params, None,
+            )  # fmt: skip
+            if result == _INVALID_CONTEXT:  # a thread that made no CUDA call yet
+                _make_context_current(self._device)
+                result = self._launch(
+                    self._function, grid_x, grid_y, grid_z, self._threads, 1, 1,
+                    self._shared, stream, self._params, None,
+                )  # fmt: skip
+        if result:
+            raise RuntimeError(f"launching Triton kernel {self._name}: {_error_text(result)}")
+
+
+def _load(kernel: Any, device: int) -> None:
+    """Load ``kernel``'s binary on ``device``, as ``CompiledKernel._init_handles`` does but
+    without building Triton's launcher; raises Triton's ``OutOfResources`` as it does."""
+    from triton.runtime import driver
+    from triton.runtime.errors import OutOfResources
+
+    if kernel.module is not None:
+        return
+    meta = kernel.metadata
+    utils = driver.active.utils
+    max_shared = utils.get_device_properties(device)["max_shared_mem"]
+    if meta.shared > max_shared:
+        raise OutOfResources(meta.shared, max_shared, "shared memory")
+    from triton import knobs
+
+    hooks = knobs.runtime
+    if hooks.kernel_load_start_hook is not None:
+        hooks.kernel_load_start_hook(
+            kernel.module, kernel.function, kernel.name, kernel.metadata_group, kernel.hash
+        )
+    loaded = utils.load_binary(kernel.name, kernel.kernel, meta.shared, device)
+    kernel.module, kernel.function, kernel.n_regs, kernel.n_spills, kernel.n_max_threads = loaded
+    if meta.num_warps * 32 > kernel.n_max_threads:
+        raise OutOfResources(meta.num_warps * 32, kernel.n_max_threads, "threads")
+    if hooks.kernel_load_end_hook is not None:
+        hooks.kernel_load_end_hook(
+            kernel.module, kernel.function, kernel.name, kernel.metadata_group, kernel.hash
+        )
+
+
+def triton_launcher(kernel: Any) -> Any:
+    """Triton's own launcher of a kernel :func:`_load` loaded (``CompiledKernel.run`` is None
+    then: its handles are set): for launches that a profiler's launch hooks watch."""
+    if kernel._run is None:
+        from triton.runtime import driver
+
+        kernel._run = driver.active.launcher_cls(kernel.src, kernel.metadata)
+    return kernel._run
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    """The CUDA driver, with ``cuLaunchKernel``'s argument types declared (without them
+    ctypes would pass the grid's integers as C ints and the handles as whatever fits)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    uint = ctypes.c_uint
+    cuda.cuLaunchKernel.restype = ctypes.c_int
+    cuda.cuLaunchKernel.argtypes = [
+        ctypes.c_void_p, uint, uint, uint, uint, uint, uint, uint, ctypes.c_void_p,
+        ctypes.c_void_p, ctypes.c_void_p,
+    ]  # fmt: skip
+    cuda.cuDevicePrimaryCtxRetain.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    cuda.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    cuda.cuGetErrorString.restype = ctypes.c_int
+    cuda.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return cuda
+
+
+def _make_context_current(device: int) -> None:
+    """Make ``device``'s primary context current on this thread, as Triton's launcher does
+    before each launch (and torch's first CUDA call on a thread)."""
+    cuda = _driver()
+    handle, context = ctypes.c_int(), ctypes.c_void_p()
+    for call, *args in (
+        (cuda.cuDeviceGet, ctypes.byref(handle), device),
+        (cuda.cuDevicePrimaryCtxRetain, ctypes.byref(context), handle),
+        (cuda.cuCtxSetCurrent, context),
+    ):
+        if result := call(*args):
+            raise RuntimeError(f"making GPU {device}'s context current: {_error_text(result)}")
+
+
+def _error_text(result: int) -> str:
+    text = ctypes.c_char_p()
+    if _driver().cuGetErrorString(result, ctypes.byref(text)) == 0 and text.value:
+        return f"CUDA error {result}: {text.value.decode()}"
+    return f"CUDA error {result}"
