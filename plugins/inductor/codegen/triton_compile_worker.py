@@ -144,11 +144,12 @@ _INTEGER_TYPES = frozenset(("i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", 
 
 def launchable(kernel: Any) -> bool:
     """Whether ``cuda_launch.DirectLaunch`` launches ``kernel`` (a ``CompiledKernel``, or what a
-    compile worker returns) where Triton would build a launcher for it: pointer and
-    integer arguments, one CTA a program, no scratch memory, no special launch."""
-    if not _triton_builds_launchers():
-        return False
+    compile worker returns) where Triton would build a launcher for it: a CUDA kernel of
+    pointer and integer arguments, one CTA a program, no scratch memory, no special
+    launch."""
     meta = kernel.metadata
+    if not _triton_builds_launchers() or getattr(meta.target, "backend", None) != "cuda":
+        return False
     if getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_pdl", False):
         return False
     if getattr(meta, "launch_cooperative_grid", False) or getattr(meta, "tensordesc_meta", None):

@@ -12,7 +12,10 @@ from torchkiln_inductor.codegen import cuda_launch, triton_compile_worker
 
 
 def kernel_with(signature: dict, **metadata):
-    meta = dict(num_warps=4, shared=1024, num_ctas=1, global_scratch_size=0)
+    meta = dict(
+        num_warps=4, shared=1024, num_ctas=1, global_scratch_size=0,
+        target=SimpleNamespace(backend="cuda", arch=90),
+    )  # fmt: skip
     meta.update(metadata)
     return SimpleNamespace(
         name="kiln_kernel",
@@ -36,7 +39,7 @@ class RecordingDriver:
         read = [ctypes.c_uint64.from_address(slots[i]).value for i in range(self.slots)]
         self.launches.append(
             dict(function=function.value, grid=(gx, gy, gz), block=(bx, by, bz),
-                 shared=shared, stream=stream, params=read, extra=extra)
+                 shared=shared, stream=stream.value, params=read, extra=extra)
         )  # fmt: skip
         return self.result
 
@@ -62,6 +65,7 @@ def test_pointers_and_integers_are_launchable_other_kernels_keep_tritons(with_la
     assert not cuda_launch.launchable(kernel_with(SIGNATURE, global_scratch_size=64))
     assert not cuda_launch.launchable(kernel_with(SIGNATURE, num_ctas=2))
     assert not cuda_launch.launchable(kernel_with(SIGNATURE, launch_pdl=True))
+    assert not cuda_launch.launchable(kernel_with(SIGNATURE, target=SimpleNamespace(backend="hip")))
 
 
 def test_no_kernel_is_launched_directly_where_triton_builds_no_launchers(monkeypatch):
