@@ -213,10 +213,11 @@ class TorchBlocker(importlib.abc.MetaPathFinder):
 def _zygote() -> None:
     """The zygote's life: warm Triton's compiler, fork the workers, exit."""
     sys.meta_path.insert(0, TorchBlocker())
+    from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
     target, address, count = pickle.loads(read_frame(sys.stdin.buffer))
-    driver.set_active(CompileOnlyDriver(pickle.loads(target)))
+    driver.set_active(CompileOnlyDriver(GPUTarget(*target)))
     _warm_up()
     for _ in range(count):
         if os.fork() == 0:

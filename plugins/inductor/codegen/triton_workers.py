@@ -97,6 +97,8 @@ def compile_job(
 _pool: _Pool | None = None
 _stopped = False
 _pool_lock = threading.Lock()
+#: the thread that sets Triton's driver up (:func:`warm_pool`), once a process
+_driver_set_up: threading.Thread | None = None
 
 
 def precompile(jobs: list[CompileJob]) -> None:
@@ -130,9 +132,30 @@ def precompile(jobs: list[CompileJob]) -> None:
 
 def warm_pool(gpu: torch.device | None = None) -> None:
     """Start the workers now, compiling for ``gpu`` (default: the current GPU); milliseconds
-    here: the zygote warms Triton on its own, then forks them."""
+    here: the zygote warms Triton on its own, then forks them. Triton's driver in this
+    process is set up in the background meanwhile (:func:`_set_up_driver`)."""
     with torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext():
         _started_pool()
+    global _driver_set_up
+    with _pool_lock:
+        if _driver_set_up is None:
+            _driver_set_up = threading.Thread(
+                target=_set_up_driver, name="torchkiln-triton-driver", daemon=True
+            )
+            _driver_set_up.start()
+
+
+def _set_up_driver() -> None:
+    """Import Triton and make its driver, as this process's first kernel compile or load
+    would: Triton's CUDA driver builds its C utilities with gcc where its cache has none
+    (0.35 s on the CPU VM, in every cold compile), a subprocess that runs beside the
+    capture here instead of after it."""
+    try:
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+    except Exception as e:  # the first compile meets it again, and reports it there
+        logs.log.debug("setting Triton's driver up in the background: %s", e)
 
 
 def is_warm() -> bool:
@@ -147,13 +170,24 @@ def _started_pool() -> _Pool | None:
     with _pool_lock:
         count = min(MAX_WORKERS, _usable_cores()) - 1  # this process compiles too
         if _pool is None and not _stopped and count > 0 and hasattr(os, "fork"):
-            from triton.runtime import driver
-
             try:
-                _pool = _Pool(driver.active.get_current_target(), count)
+                _pool = _Pool(_current_target(), count)
             except OSError as e:  # no Unix socket here (a temporary folder's path too long)
                 logs.log.warning("Triton compile workers: not started (%s)", e)
         return _pool
+
+
+def _current_target() -> tuple[str, int, int]:
+    """The current GPU's Triton target, ``(backend, arch, warp size)``: from torch for a
+    CUDA GPU (Triton's driver, not set up yet, would build its C utilities first), else
+    from Triton's driver (ROCm; a compile-only driver set where no GPU is)."""
+    if torch.version.hip is None and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return ("cuda", major * 10 + minor, 32)  # as Triton's CUDA driver computes it
+    from triton.runtime import driver
+
+    target = driver.active.get_current_target()
+    return (target.backend, target.arch, target.warp_size)
 
 
 def _usable_cores() -> int:
@@ -210,8 +244,8 @@ class _Pool:
     torch at once took 4-5 s on the H200 machine, and each one's first compile 0.6 s.
     """
 
-    def __init__(self, target: Any, count: int):
-        self.arch = target.arch  # what the workers compile for
+    def __init__(self, target: tuple[str, int, int], count: int):
+        self.arch = target[1]  # what the workers compile for
         self._folder = tempfile.mkdtemp(prefix="torchkiln-triton-workers-")
         atexit.register(shutil.rmtree, self._folder, ignore_errors=True)
         address = os.path.join(self._folder, "socket")
@@ -229,7 +263,7 @@ class _Pool:
             stdout=subprocess.DEVNULL,
             env=env,
         )
-        write_frame(self.zygote.stdin, pickle.dumps((pickle.dumps(target), address, count)))
+        write_frame(self.zygote.stdin, pickle.dumps((target, address, count)))
         self.zygote.stdin.close()
         self.workers = [_Worker(self) for _ in range(count)]
 

@@ -5,11 +5,13 @@ No GPU is needed: the workers and this test compile for an H100's target (``sm90
 through the compile-only driver; Triton's wheel carries ``ptxas``.
 """
 
+import importlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -175,3 +177,30 @@ def test_this_process_compiles_alongside_the_workers(tmp_path):
         patch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
         compile_as_a_launcher(module, 1, 2, 4, 8)  # XBLOCK=128: found, nothing new written
     assert entries(tmp_path / "triton") == filled
+
+
+def test_warm_pool_sets_tritons_driver_up_once_on_a_thread_of_its_own(monkeypatch):
+    ran_on = []
+    monkeypatch.setattr(triton_workers, "_started_pool", lambda: None)
+    monkeypatch.setattr(triton_workers, "_driver_set_up", None)
+    monkeypatch.setattr(
+        triton_workers, "_set_up_driver", lambda: ran_on.append(threading.current_thread().name)
+    )
+    triton_workers.warm_pool()
+    triton_workers.warm_pool()
+    triton_workers._driver_set_up.join()
+    assert ran_on == ["torchkiln-triton-driver"]
+
+
+def test_a_driver_that_cant_be_set_up_is_left_to_the_first_compile(monkeypatch):
+    drivers = importlib.import_module("triton.runtime.driver")  # the module, not its object
+
+    def no_driver():
+        raise RuntimeError("0 active drivers ([]). There should only be one.")
+
+    monkeypatch.setattr(drivers.driver, "_active", None)
+    monkeypatch.setattr(drivers.driver, "_default", None)
+    monkeypatch.setattr(drivers, "_create_driver", no_driver)
+    triton_workers._set_up_driver()  # raises nothing: the first compile meets the error
+    with pytest.raises(RuntimeError, match="0 active drivers"):
+        drivers.driver.active.get_current_target()
