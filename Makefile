@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 # CPU build of torch from the local wheel: an unpinned torch pulls GBs of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
 PYTEST_ARGS ?= -n 2
+# Where the launch ABI test finds Triton 3.6 (see install-test)
+TRITON_LAUNCHER_SITE ?= .triton36
 
 # The capture suite on Python 3.13 as well (issue 17): torch and pytest only, in its own venv.
 PYTHON313 ?= $(shell pyenv root 2>/dev/null)/versions/3.13.0/bin/python
@@ -38,12 +40,16 @@ install-test: $(PY)
 # The C++ guard checks (torchkiln.capture.native), built once for this torch; without a C++
 # compiler guards check tensors in Python (the inductor's CPU code needs one as well).
 	$(PY) -m torchkiln build-native || echo "C++ guard checks not built: guards check tensors in Python"
+# Triton 3.6 (the GPU machine's) beside the venv, not in it: tests/plugins/inductor/
+# test_cuda_launch_abi.py compares torchkiln's kernel launches with its C launcher's.
+	[ -d $(TRITON_LAUNCHER_SITE)/triton ] || $(PY) -m pip install --quiet --no-deps \
+		--target $(TRITON_LAUNCHER_SITE) triton==3.6.0 || echo "Triton 3.6 not installed: the launch ABI test skips"
 
 demo: install
 	$(PY) examples/demo.py
 
 test: install-test lint
-	$(PY) -m pytest $(PYTEST_ARGS) tests
+	TORCHKILN_TEST_TRITON36=$(abspath $(TRITON_LAUNCHER_SITE)) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 $(PY313):
 	$(PYTHON313) -m venv $(VENV313)

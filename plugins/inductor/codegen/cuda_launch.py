@@ -8,8 +8,8 @@ torchkiln generates needs nothing of what Triton's launcher adds (tensor descrip
 thread-block clusters, cooperative grids, scratch memory): its arguments are device
 pointers and integers, so :class:`DirectLaunch` fills one parameter buffer and calls
 ``cuLaunchKernel`` itself, with nothing to build. Kernels it can't take
-(:func:`launchable`), and every kernel where Triton's launchers need no build (Triton 3.9
-launches all kernels through one prebuilt launcher), keep Triton's.
+(:func:`launchable`), and every kernel where Triton's launchers need no build (Triton 3.7
+and later launch all kernels through one prebuilt launcher), keep Triton's.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 does: the same grid, block, shared memory, stream, function and parameter values (the
 kernel's arguments, then Triton's two scratch pointers). Both launch one kernel, compiled
 for sm_90 without a GPU, against a stand-in ``libcuda.so.1`` that records each launch
-(``data/recording_cuda.c``). Runs where Triton builds its launcher per signature
-(Triton 3.6, the GPU machine's: ``pip install triton==3.6.0``)."""
+(``data/recording_cuda.c``). Runs with the Triton imported where it builds its launcher
+per signature (Triton 3.6, the GPU machine's), else with the Triton 3.6 that
+``TORCHKILN_TEST_TRITON36`` names (a folder ``pip install --target`` filled: ``make test``
+installs one there)."""
 
 import json
 import os
@@ -16,10 +18,26 @@ import pytest
 
 triton = pytest.importorskip("triton", reason="triton is not installed")
 nvidia_driver = pytest.importorskip("triton.backends.nvidia.driver")
+
+
+def triton_with_launcher_builds() -> Path | None:
+    """The folder of a Triton that builds C launchers, put ahead on the comparison's
+    ``sys.path``: the imported Triton's, or the one ``TORCHKILN_TEST_TRITON36`` names; None
+    where there is none."""
+    if hasattr(nvidia_driver, "make_launcher"):
+        return Path(triton.__file__).parent.parent
+    site = os.environ.get("TORCHKILN_TEST_TRITON36")
+    if site and (Path(site) / "triton" / "backends" / "nvidia" / "driver.py").exists():
+        return Path(site)
+    return None
+
+
+SITE = triton_with_launcher_builds()
 pytestmark = [
     pytest.mark.skipif(
-        not hasattr(nvidia_driver, "make_launcher"),
-        reason="needs Triton <= 3.6 (it builds the C launcher compared against)",
+        SITE is None,
+        reason="needs Triton <= 3.6 (it builds the C launcher compared against): installed, "
+        "or in the folder TORCHKILN_TEST_TRITON36 names",
     ),
     pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc"),
 ]
@@ -102,7 +120,7 @@ def k(a_ptr, b_ptr, n, m, c_ptr, XBLOCK: tl.constexpr):
 
 
 def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
-    include = Path(nvidia_driver.__file__).with_name("include")
+    include = SITE / "triton" / "backends" / "nvidia" / "include"
     source = Path(__file__).with_name("data") / "recording_cuda.c"
     library = tmp_path / "libcuda.so.1"
     subprocess.run(
@@ -112,6 +130,7 @@ def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
     (tmp_path / "kernel_module.py").write_text(KERNEL)
     environ = dict(
         os.environ,
+        PYTHONPATH=os.pathsep.join([str(SITE), *sys.path]),
         LD_LIBRARY_PATH=str(tmp_path),
         TRITON_LIBCUDA_PATH=str(tmp_path),
         TRITON_CACHE_DIR=str(tmp_path / "triton"),
