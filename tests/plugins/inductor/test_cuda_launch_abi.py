@@ -101,7 +101,14 @@ through_triton = last_launch()
 kernel.module, kernel.function = 1, function  # loaded: DirectLaunch loads nothing
 assert cuda_launch.launchable(kernel)
 cuda_launch.DirectLaunch(kernel, 0)(*grid, stream, [a, b, n, m, c])
-print(json.dumps([through_triton, last_launch()]))
+direct = last_launch()
+# the launcher a profiler's launch hooks get for a kernel DirectLaunch loaded (through the
+# driver's launcher class, which the compile-only driver has none of)
+driver.active.launcher_cls = nvidia.CudaLauncher
+hooked = cuda_launch.triton_launcher(kernel)
+hooked(*grid, stream, function, kernel.packed_metadata, None, None, None,
+       Pointer(a), Pointer(b), n, m, Pointer(c), 256)
+print(json.dumps([through_triton, direct, last_launch()]))
 """
 
 KERNEL = """
@@ -140,9 +147,10 @@ def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
         [sys.executable, "-c", COMPARE, str(tmp_path)],
         env=environ, stdout=subprocess.PIPE, text=True, check=True,
     )  # fmt: skip
-    through_triton, direct = json.loads(done.stdout.splitlines()[-1])
+    through_triton, direct, hooked = json.loads(done.stdout.splitlines()[-1])
     assert through_triton["grid"] == [4, 2, 1] and through_triton["block"] == [256, 1, 1]
     assert through_triton["params"][:5] == [
         0x7F0000001000, 0x7F0000002040, 1001, (-(2**40) - 3) % 2**64, 0x7F0000003000,
     ]  # fmt: skip
     assert direct == through_triton
+    assert hooked == through_triton
