@@ -59,6 +59,11 @@ class DirectLaunch:
                 self._slots[: self._count] = values
             except OverflowError:  # a negative integer argument: its two's complement
                 self._slots[: self._count] = [v & _MASK64 for v in values]
+            except ValueError:  # ctypes: "Can only assign sequence of same size"
+                raise TypeError(
+                    f"Triton kernel {self._name} takes {self._count} pointer and integer "
+                    f"arguments, was given {len(values)}"
+                ) from None
             if stream != self._stream_handle:  # kept as ctypes passes it: 0.1 us a call less
                 self._stream_handle, self._stream = stream, ctypes.c_void_p(stream)
             stream = self._stream

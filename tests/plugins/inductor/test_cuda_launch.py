@@ -97,3 +97,5 @@ def test_an_empty_grid_launches_nothing_and_a_driver_error_names_the_kernel(monk
     assert driver.launches == []
     with pytest.raises(RuntimeError, match="kiln_kernel: CUDA error 700: an illegal address"):
         launch(1, 1, 1, 0, [1, 2, 3, 4])
+    with pytest.raises(TypeError, match="kiln_kernel takes 4 pointer and integer arguments"):
+        launch(1, 1, 1, 0, [1, 2, 3])
