@@ -178,10 +178,12 @@ def _started_pool() -> _Pool | None:
 
 
 def _current_target() -> tuple[str, int, int]:
-    """The current GPU's Triton target, ``(backend, arch, warp size)``: from torch for a
-    CUDA GPU (Triton's driver, not set up yet, would build its C utilities first), else
-    from Triton's driver (ROCm; a compile-only driver set where no GPU is)."""
-    if torch.version.hip is None and torch.cuda.is_available():
+    """The current GPU's Triton target, ``(backend, arch, warp size)``: from Triton's
+    driver where it is set up (or set: a compile-only one, where no GPU is) or the GPU is
+    not CUDA's, else from torch (Triton's CUDA driver would build its C utilities first)."""
+    drivers = sys.modules.get("triton.runtime.driver")
+    set_up = drivers is not None and getattr(drivers.driver, "_active", None) is not None
+    if not set_up and torch.version.hip is None and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         return ("cuda", major * 10 + minor, 32)  # as Triton's CUDA driver computes it
     from triton.runtime import driver
