@@ -131,6 +131,12 @@ def supports(node: fx.Node, torch_when_large: bool = True) -> bool | str:
         return f"{', '.join(sorted(map(str, dtypes)))} tensors"
     if node.target in FUSED_BACKWARDS and _large(node.args[0]):
         return "a backward of a large tensor: torch's fused kernel is faster"
+    if node.target is aten._native_batch_norm_legit_functional.default and _mixed_precision(node):
+        return (
+            "a float16 or bfloat16 batch norm with float32 parameters: torch's CPU kernel gives "
+            "its statistics in float32 (its trace says the input's dtype, as OpenVINO would "
+            "give them), and its backward kernel takes no others"
+        )
     if node.target in rewrites.WRITTEN_OUT and not rewrites.expands(node):
         return (
             "not converted by the frontend, written out only for plain convolutions "
@@ -245,6 +251,14 @@ def _reads_inputs(node: fx.Node) -> bool:
                 seen.add(arg)
                 todo.append(arg)
     return False
+
+
+def _mixed_precision(node: fx.Node) -> bool:
+    """Whether a norm's input is float16 or bfloat16 and a parameter or statistic float32:
+    torch's CPU norms then compute and save their statistics in float32."""
+    input, *others = (a.meta["val"] for a in node.args[:5] if isinstance(a, fx.Node))
+    low = input.dtype in (torch.float16, torch.bfloat16)
+    return low and any(v.dtype == torch.float32 for v in others)
 
 
 def _large(node: fx.Node) -> bool:

@@ -92,6 +92,45 @@ def test_statistics_torch_computes_in_another_dtype_than_its_meta_are_taken():
         assert kiln_error <= 3 * eager_error + 1e-4, (name, float(kiln_error), float(eager_error))
 
 
+@pytest.mark.parametrize("backward_bn_in_torch", [False, True])
+def test_a_training_batch_norm_under_float16_autocast_saves_torchs_statistics(
+    backward_bn_in_torch,
+):
+    """The guard fuzz's finding: under float16 autocast a training batch norm of float16
+    activations with float32 parameters saves float32 statistics in torch's CPU kernel (its
+    meta says float16), and torch's backward kernel takes no others ("mixed dtype (CPU):
+    expect parameter to have scalar type of Float"); OpenVINO gave them in float16 where
+    the backward ran in torch (left to it, or timed faster there). The batch norm now runs
+    in torch; gradients as far from float64's as eager's own."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 6, bias=False), nn.BatchNorm1d(6), nn.LayerNorm(6))
+    twin, exact = copy.deepcopy(model), copy.deepcopy(model).double()
+    disabled = ["aten.native_batch_norm_backward"] if backward_bn_in_torch else []
+    options = {"torch_when_faster": False, "disabled_ops": disabled}
+    compiled = torchkiln.compile(model, backend="openvino", options=options)
+    x, weights = torch.randn(8, 3), torch.randn(8, 6)
+
+    def gradients(forward, autocast: bool) -> list[torch.Tensor]:
+        dtype = next(forward.parameters()).dtype
+        inputs = x.to(dtype).requires_grad_()
+        with torch.autocast("cpu", dtype=torch.float16, enabled=autocast):
+            out = forward(inputs)
+        (out.to(dtype) * weights.to(dtype)).sum().backward()
+        return [g.double() for g in (inputs.grad, *(p.grad for p in forward.parameters()))]
+
+    truth = gradients(exact, autocast=False)
+    for name, kiln, eager, true in zip(
+        ("input", "linear", "bn weight", "bn bias", "ln weight", "ln bias"),
+        gradients(compiled, autocast=True),
+        gradients(twin, autocast=True),
+        truth,
+        strict=True,
+    ):
+        kiln_error, eager_error = (kiln - true).abs().max(), (eager - true).abs().max()
+        assert kiln_error <= 3 * eager_error + 1e-4, (name, float(kiln_error), float(eager_error))
+    torch.testing.assert_close(model[1].running_mean, twin[1].running_mean, rtol=1e-3, atol=1e-3)
+
+
 def test_an_output_returned_twice_comes_back_as_an_alias():
     """The frontend fails on a graph returning one value twice (a softmax saved through an
     alias): it converts it once, and the runtime aliases the repeat."""
