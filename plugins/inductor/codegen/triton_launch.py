@@ -8,8 +8,9 @@ thing that can differ between two calls is whether each pointer is 16-byte align
 which Triton specializes on. :class:`LeanLauncher` compiles once per alignment pattern
 (``JITFunction.warmup``) and then launches the compiled kernel directly, on the current
 CUDA stream: with ``cuLaunchKernel`` where Triton would build a C launcher for it
-(``cuda_launch``), else through Triton's launcher. :class:`InterpretedLauncher` keeps the plain call for Triton's
-interpreter (CPU tensors, ``TRITON_INTERPRET=1``), where nothing is compiled.
+(``cuda_launch``), else through Triton's launcher. :class:`InterpretedLauncher` keeps the
+plain call for Triton's interpreter (CPU tensors, ``TRITON_INTERPRET=1``), where nothing
+is compiled.
 
 A kernel of a graph with symbolic sizes also takes the sizes, after the tensors, and is
 called as ``(xnumel, *tensors, *sizes)``: :class:`SizedLeanLauncher` and
@@ -110,18 +111,19 @@ class LeanLauncher:
         entry = self._compiled.get(aligned)
         if entry is None:
             entry = self._compile(aligned, tensors)
-        kernel, direct, device = entry
+        kernel, direct, run, function, packed, device = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
         enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
-        if direct is not None and enter is None and leave is None:
-            direct(*self._grid3, stream, pointers)
-            return
+        if direct is not None:
+            # no launch hook set (``_any``, inlined: a call costs every launch)
+            if not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave):
+                direct(*self._grid3, stream, pointers)
+                return
+            run = cuda_launch.triton_launcher(kernel)  # a profiler's hooks watch launches
         args = (*tensors, *self._constexprs)
         # a profiler's hooks want the launch's metadata (Triton 3.9 keeps hooks in a chain)
         metadata = kernel.launch_metadata(self._grid, stream, *args) if _any(enter) else None
-        run = _triton_launcher(kernel, direct)
-        run(*self._grid3, stream, kernel.function, kernel.packed_metadata, metadata, enter,
-            leave, *args)  # fmt: skip
+        run(*self._grid3, stream, function, packed, metadata, enter, leave, *args)
 
     def start(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Begin compiling for the alignment of ``tensors`` (in a worker of Triton's
@@ -181,16 +183,15 @@ class LeanLauncher:
             kernel = kernel.result()
         device = tensors[0].device.index
         if cuda_launch.launchable(kernel):
-            direct = cuda_launch.DirectLaunch(kernel, device)  # loads the binary
+            direct, run = cuda_launch.DirectLaunch(kernel, device), None  # loads the binary
             counters["triton_launch"]["direct"] += 1
         else:
-            direct = None
-            kernel._init_handles()  # loads the binary and makes Triton's launcher
+            direct, run = None, kernel.run  # loads the binary and makes Triton's launcher
             counters["triton_launch"]["through_triton"] += 1
         if not triton_binaries.was_loaded(kernel):
             counters["triton_binaries"]["through_jit"] += 1
             triton_binaries.remember(self._key(aligned, tensors), record_of(kernel))
-        entry = (kernel, direct, device)
+        entry = (kernel, direct, run, kernel.function, kernel.packed_metadata, device)
         self._compiled[aligned] = entry
         return entry
 
@@ -222,29 +223,23 @@ class SizedLeanLauncher(LeanLauncher):
         entry = self._compiled.get(aligned)
         if entry is None:
             entry = self._compile(aligned, tensors)
-        kernel, direct, device = entry
+        kernel, direct, run, function, packed, device = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
         grid = (-(-xnumel // self._xblock), 1, 1)
         enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
-        if direct is not None and enter is None and leave is None:
-            pointers += args[self._sizes_at :]
-            direct(*grid, stream, pointers)
-            return
+        if direct is not None:
+            if not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave):
+                pointers += args[self._sizes_at :]
+                direct(*grid, stream, pointers)
+                return
+            run = cuda_launch.triton_launcher(kernel)  # a profiler's hooks watch launches
         args = (*args, *self._constexprs)
         metadata = kernel.launch_metadata(grid, stream, *args) if _any(enter) else None
-        run = _triton_launcher(kernel, direct)
-        run(*grid, stream, kernel.function, kernel.packed_metadata, metadata, enter, leave,
-            *args)  # fmt: skip
+        run(*grid, stream, function, packed, metadata, enter, leave, *args)
 
 
 def _alignment(pointers: list[int]) -> tuple[bool, ...]:
     return tuple(p % POINTER_ALIGNMENT == 0 for p in pointers)
-
-
-def _triton_launcher(kernel, direct):
-    """Triton's launcher of ``kernel``: its own, or built now for a kernel loaded for
-    :class:`cuda_launch.DirectLaunch` (launches a profiler's hooks watch go through it)."""
-    return kernel.run if direct is None else cuda_launch.triton_launcher(kernel)
 
 
 def compile_at_once(

@@ -126,7 +126,9 @@ def k(a_ptr, b_ptr, n, m, c_ptr, XBLOCK: tl.constexpr):
 """
 
 
-def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
+def _recording_driver(tmp_path: Path) -> dict:
+    """The environment of a process whose ``libcuda.so.1`` is the recording stand-in, built
+    into ``tmp_path``, and whose Triton builds C launchers."""
     include = SITE / "triton" / "backends" / "nvidia" / "include"
     source = Path(__file__).with_name("data") / "recording_cuda.c"
     library = tmp_path / "libcuda.so.1"
@@ -134,7 +136,6 @@ def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
         ["gcc", "-shared", "-fPIC", "-O1", f"-I{include}", "-o", library, source], check=True
     )
     (tmp_path / "libcuda.so").symlink_to(library)
-    (tmp_path / "kernel_module.py").write_text(KERNEL)
     environ = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(SITE), *sys.path]),
@@ -143,6 +144,12 @@ def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
         TRITON_CACHE_DIR=str(tmp_path / "triton"),
     )
     environ.pop("TRITON_INTERPRET", None)
+    return environ
+
+
+def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
+    environ = _recording_driver(tmp_path)
+    (tmp_path / "kernel_module.py").write_text(KERNEL)
     done = subprocess.run(
         [sys.executable, "-c", COMPARE, str(tmp_path)],
         env=environ, stdout=subprocess.PIPE, text=True, check=True,
@@ -154,3 +161,100 @@ def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
     ]  # fmt: skip
     assert direct == through_triton
     assert hooked == through_triton
+
+
+LAUNCHERS = r"""
+import ctypes, json, sys
+import torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from torchkiln_inductor.codegen import cuda_launch
+from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver
+from torchkiln_inductor.codegen.triton_launch import LeanLauncher, SizedLeanLauncher
+
+driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
+sys.path.insert(0, sys.argv[1])
+import kernel_module
+
+# no GPU: the current stream is a made-up handle, and loading a binary sets made-up handles
+torch._C._cuda_getCurrentRawStream = lambda device: 0x5150
+cuda_launch._load = lambda kernel, device: (
+    setattr(kernel, "module", 1), setattr(kernel, "function", 0xABC0)
+)
+recorder = ctypes.CDLL("libcuda.so.1")
+ctypes.c_int.in_dll(recorder, "param_count").value = 5
+
+
+class Launch(ctypes.Structure):
+    _fields_ = [
+        ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+        ("num_attrs", ctypes.c_uint), ("stream", ctypes.c_uint64),
+        ("function", ctypes.c_uint64), ("count", ctypes.c_uint64),
+        ("params", ctypes.c_uint64 * 32),
+    ]
+
+
+def last_launch(count):
+    launch = Launch.in_dll(recorder, "last")
+    return dict(grid=list(launch.grid), block=list(launch.block), stream=launch.stream,
+                function=launch.function, params=list(launch.params[:count]))
+
+
+a, b, c = (torch.empty(1024) for _ in range(3))
+static = LeanLauncher(kernel_module.copy_add, (4,), {"XBLOCK": 256}, num_warps=4)
+static(a, b, c)
+first = last_launch(5)
+sized = SizedLeanLauncher(kernel_module.sized, (1,), {"XBLOCK": 128}, 4, None, ("n",))
+sized(1000, a, b, 1000)
+second = last_launch(5)
+# a profiler's launch hook: the launch goes through Triton's launcher, which calls it
+from triton import knobs
+from triton.backends.nvidia import driver as nvidia
+
+driver.active.launcher_cls = nvidia.CudaLauncher  # the compile-only driver has none
+seen = []
+knobs.runtime.launch_enter_hook.add(seen.append)
+static(a, b, c)
+hooked = last_launch(5)
+pointers = [t.data_ptr() for t in (a, b, c)]
+print(json.dumps([first, second, hooked, len(seen), pointers]))
+"""
+
+LAUNCHED_KERNELS = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_add(a_ptr, b_ptr, c_ptr, XBLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    tl.store(c_ptr + offsets, tl.load(a_ptr + offsets) + tl.load(b_ptr + offsets))
+
+
+@triton.jit(do_not_specialize=["n"])
+def sized(a_ptr, b_ptr, n, XBLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    tl.store(b_ptr + offsets, tl.load(a_ptr + offsets, mask=offsets < n), mask=offsets < n)
+"""
+
+
+def test_lean_launchers_launch_directly_with_their_grids_and_arguments(tmp_path):
+    """The inductor's launchers end to end (compiled for sm_90, loaded, launched): a static
+    kernel with its fixed grid, a sized one with the grid of its call's ``xnumel`` and the
+    size after the pointers; with a launch hook set, the same launch through Triton's
+    launcher, which calls the hook. (Triton 3.6 keeps hooks in chains, never ``None``: the
+    direct launch was taken for no kernel until this test.)"""
+    environ = _recording_driver(tmp_path)
+    (tmp_path / "kernel_module.py").write_text(LAUNCHED_KERNELS)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHERS, str(tmp_path)],
+        env=environ, stdout=subprocess.PIPE, text=True, check=True,
+    )  # fmt: skip
+    static, sized, hooked, hook_calls, (a, b, c) = json.loads(done.stdout.splitlines()[-1])
+    assert static == {
+        "grid": [4, 1, 1], "block": [128, 1, 1], "stream": 0x5150, "function": 0xABC0,
+        "params": [a, b, c, 0, 0],
+    }  # fmt: skip
+    assert sized["grid"] == [8, 1, 1] and sized["block"] == [128, 1, 1]
+    assert sized["params"] == [a, b, 1000, 0, 0]
+    assert hooked == static and hook_calls == 1
