@@ -48,8 +48,14 @@ install-test: $(PY)
 demo: install
 	$(PY) examples/demo.py
 
+# The inductor's compile-only Triton tests again with Triton 3.6, the GPU machine's (its
+# launchers, its compile workers, its binaries loaded by key), where it could be installed
+TRITON36_TESTS := $(addprefix tests/plugins/inductor/,test_triton_workers.py test_triton_binaries.py test_cuda_launch.py test_triton_launch.py)
+
 test: install-test lint
 	TORCHKILN_TEST_TRITON36=$(abspath $(TRITON_LAUNCHER_SITE)) $(PY) -m pytest $(PYTEST_ARGS) tests
+	[ ! -d $(TRITON_LAUNCHER_SITE)/triton ] || PYTHONPATH=$(abspath $(TRITON_LAUNCHER_SITE)) \
+		$(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(TRITON36_TESTS)
 
 $(PY313):
 	$(PYTHON313) -m venv $(VENV313)
