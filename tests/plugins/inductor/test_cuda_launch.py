@@ -99,3 +99,40 @@ def test_an_empty_grid_launches_nothing_and_a_driver_error_names_the_kernel(monk
         launch(1, 1, 1, 0, [1, 2, 3, 4])
     with pytest.raises(TypeError, match="kiln_kernel takes 4 pointer and integer arguments"):
         launch(1, 1, 1, 0, [1, 2, 3])
+
+
+class ContextlessThreadDriver(RecordingDriver):
+    """A thread with no current context: the first launch fails with
+    ``CUDA_ERROR_INVALID_CONTEXT`` until the device's primary context is made current."""
+
+    def __init__(self):
+        super().__init__(slots=6)
+        self.current = None
+        self.made_current = []
+
+    def cuLaunchKernel(self, *args):
+        if self.current is None:
+            return 201
+        return super().cuLaunchKernel(*args)
+
+    def cuDeviceGet(self, handle, ordinal):
+        ctypes.cast(handle, ctypes.POINTER(ctypes.c_int))[0] = ordinal
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, context, handle):
+        ctypes.cast(context, ctypes.POINTER(ctypes.c_void_p))[0] = 0xC0 + handle.value
+        return 0
+
+    def cuCtxSetCurrent(self, context):
+        self.current = context.value
+        self.made_current.append(context.value)
+        return 0
+
+
+def test_a_thread_without_a_context_gets_the_devices_primary_one_and_launches(monkeypatch):
+    driver = ContextlessThreadDriver()
+    monkeypatch.setattr(cuda_launch, "_driver", lambda: driver)
+    launch = cuda_launch.DirectLaunch(kernel_with(SIGNATURE), device=1)
+    launch(1, 1, 1, 0, [1, 2, 3, 4])
+    launch(1, 1, 1, 0, [1, 2, 3, 4])
+    assert driver.made_current == [0xC1] and len(driver.launches) == 2
