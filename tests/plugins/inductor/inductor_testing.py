@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,3 +78,39 @@ def live_storages(wrapper_source: str) -> list[int]:
                 storage_of.pop(m.group(1), None)
         counts.append(len(set(storage_of.values())))
     return counts
+
+
+#: A small MLP's first training step on the GPU, in a process of its own, compared with
+#: eager's (outputs and input gradients); prints the Triton counters as JSON
+GPU_TRAINING_STEP = """
+import json, torch, torchkiln
+from torchkiln import counters
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256), torch.nn.Linear(256, 8)
+).cuda()
+x = torch.randn(32, 64, device="cuda", requires_grad=True)
+out = torchkiln.compile(model)(x).softmax(-1)
+out.sum().backward()
+grad, x.grad = x.grad, None
+expected = model(x).softmax(-1)
+expected.sum().backward()
+torch.testing.assert_close(out, expected)
+torch.testing.assert_close(grad, x.grad)
+print(json.dumps({g: dict(counters[g]) for g in ("triton_binaries", "triton_launch")}))
+"""
+
+
+def run_gpu_training_step(cache: Path, **env: str) -> dict[str, dict[str, int]]:
+    """:data:`GPU_TRAINING_STEP` with torchkiln's and Triton's caches under ``cache``, and
+    ``env``; its counters, by group."""
+    environ = dict(
+        os.environ,
+        TORCHKILN_CACHE_DIR=str(cache / "kiln"),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+        **env,
+    )
+    environ.pop("TRITON_INTERPRET", None)
+    command = [sys.executable, "-c", GPU_TRAINING_STEP]
+    done = subprocess.run(command, env=environ, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])

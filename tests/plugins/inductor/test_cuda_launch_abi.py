@@ -42,8 +42,10 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc"),
 ]
 
-COMPARE = r"""
-import ctypes, json, os, sys
+#: What both comparisons start with: Triton compiling for sm_90, the test's kernel module
+#: (``sys.argv[1]``), and the recording driver's last launch read back
+PRELUDE = r"""
+import ctypes, json, sys
 import torch
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia import driver as nvidia
@@ -55,13 +57,7 @@ driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
 sys.path.insert(0, sys.argv[1])
 import kernel_module
 
-kernel = kernel_module.k.warmup(
-    torch.bfloat16, torch.float32, 1001, 2**40 + 3, torch.float32, grid=(1,), num_warps=8,
-    XBLOCK=256,
-)
 recorder = ctypes.CDLL("libcuda.so.1")
-types = [t for t in kernel.src.signature.values() if t != "constexpr"] + ["*u8", "*u8"]
-ctypes.c_int.in_dll(recorder, "param_count").value = len(types)
 
 
 class Launch(ctypes.Structure):
@@ -73,14 +69,27 @@ class Launch(ctypes.Structure):
     ]
 
 
-def last_launch():
+def last_launch(widths):
+    # the last launch, its parameters read as ``widths`` bytes each (an i32 fills half its
+    # slot); the recorder copies ``param_count`` of them at each launch
     launch = Launch.in_dll(recorder, "last")
-    widths = [4 if t == "i32" else 8 for t in types]  # an i32 fills half its slot
     return dict(
         grid=list(launch.grid), block=list(launch.block), shared=launch.shared,
         attributes=launch.num_attrs, stream=launch.stream, function=launch.function,
         params=[p & ((1 << 8 * w) - 1) for p, w in zip(launch.params, widths)],
     )
+"""
+
+COMPARE = (
+    PRELUDE
+    + r"""
+kernel = kernel_module.k.warmup(
+    torch.bfloat16, torch.float32, 1001, 2**40 + 3, torch.float32, grid=(1,), num_warps=8,
+    XBLOCK=256,
+)
+types = [t for t in kernel.src.signature.values() if t != "constexpr"] + ["*u8", "*u8"]
+widths = [4 if t == "i32" else 8 for t in types]
+ctypes.c_int.in_dll(recorder, "param_count").value = len(widths)
 
 
 class Pointer:
@@ -97,19 +106,20 @@ function, stream, grid = 0xABC0, 0x5150, (4, 2, 1)
 triton_launcher = nvidia.CudaLauncher(kernel.src, kernel.metadata)
 triton_launcher(*grid, stream, function, kernel.packed_metadata, None, None, None,
                 Pointer(a), Pointer(b), n, m, Pointer(c), 256)
-through_triton = last_launch()
+through_triton = last_launch(widths)
 kernel.module, kernel.function = 1, function  # loaded: DirectLaunch loads nothing
 assert cuda_launch.launchable(kernel)
 cuda_launch.DirectLaunch(kernel, 0)(*grid, stream, [a, b, n, m, c])
-direct = last_launch()
+direct = last_launch(widths)
 # the launcher a profiler's launch hooks get for a kernel DirectLaunch loaded (through the
 # driver's launcher class, which the compile-only driver has none of)
 driver.active.launcher_cls = nvidia.CudaLauncher
 hooked = cuda_launch.triton_launcher(kernel)
 hooked(*grid, stream, function, kernel.packed_metadata, None, None, None,
        Pointer(a), Pointer(b), n, m, Pointer(c), 256)
-print(json.dumps([through_triton, direct, last_launch()]))
+print(json.dumps([through_triton, direct, last_launch(widths)]))
 """
+)
 
 KERNEL = """
 import triton
@@ -163,62 +173,39 @@ def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
     assert hooked == through_triton
 
 
-LAUNCHERS = r"""
-import ctypes, json, sys
-import torch
-from triton.backends.compiler import GPUTarget
-from triton.runtime import driver
-from torchkiln_inductor.codegen import cuda_launch
-from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver
+LAUNCHERS = (
+    PRELUDE
+    + r"""
+from triton import knobs
 from torchkiln_inductor.codegen.triton_launch import LeanLauncher, SizedLeanLauncher
-
-driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
-sys.path.insert(0, sys.argv[1])
-import kernel_module
 
 # no GPU: the current stream is a made-up handle, and loading a binary sets made-up handles
 torch._C._cuda_getCurrentRawStream = lambda device: 0x5150
 cuda_launch._load = lambda kernel, device: (
     setattr(kernel, "module", 1), setattr(kernel, "function", 0xABC0)
 )
-recorder = ctypes.CDLL("libcuda.so.1")
-ctypes.c_int.in_dll(recorder, "param_count").value = 5
-
-
-class Launch(ctypes.Structure):
-    _fields_ = [
-        ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
-        ("num_attrs", ctypes.c_uint), ("stream", ctypes.c_uint64),
-        ("function", ctypes.c_uint64), ("count", ctypes.c_uint64),
-        ("params", ctypes.c_uint64 * 32),
-    ]
-
-
-def last_launch(count):
-    launch = Launch.in_dll(recorder, "last")
-    return dict(grid=list(launch.grid), block=list(launch.block), stream=launch.stream,
-                function=launch.function, params=list(launch.params[:count]))
+# the launches' five parameters: three pointers, or two and a size, then the two scratch ones
+widths = [8] * 5
+ctypes.c_int.in_dll(recorder, "param_count").value = len(widths)
 
 
 a, b, c = (torch.empty(1024) for _ in range(3))
 static = LeanLauncher(kernel_module.copy_add, (4,), {"XBLOCK": 256}, num_warps=4)
 static(a, b, c)
-first = last_launch(5)
+first = last_launch(widths)
 sized = SizedLeanLauncher(kernel_module.sized, (1,), {"XBLOCK": 128}, 4, None, ("n",))
 sized(1000, a, b, 1000)
-second = last_launch(5)
+second = last_launch(widths)
 # a profiler's launch hook: the launch goes through Triton's launcher, which calls it
-from triton import knobs
-from triton.backends.nvidia import driver as nvidia
-
 driver.active.launcher_cls = nvidia.CudaLauncher  # the compile-only driver has none
 seen = []
 knobs.runtime.launch_enter_hook.add(seen.append)
 static(a, b, c)
-hooked = last_launch(5)
+hooked = last_launch(widths)
 pointers = [t.data_ptr() for t in (a, b, c)]
 print(json.dumps([first, second, hooked, len(seen), pointers]))
 """
+)
 
 LAUNCHED_KERNELS = """
 import triton
@@ -252,8 +239,8 @@ def test_lean_launchers_launch_directly_with_their_grids_and_arguments(tmp_path)
     )  # fmt: skip
     static, sized, hooked, hook_calls, (a, b, c) = json.loads(done.stdout.splitlines()[-1])
     assert static == {
-        "grid": [4, 1, 1], "block": [128, 1, 1], "stream": 0x5150, "function": 0xABC0,
-        "params": [a, b, c, 0, 0],
+        "grid": [4, 1, 1], "block": [128, 1, 1], "shared": 0, "attributes": 0,
+        "stream": 0x5150, "function": 0xABC0, "params": [a, b, c, 0, 0],
     }  # fmt: skip
     assert sized["grid"] == [8, 1, 1] and sized["block"] == [128, 1, 1]
     assert sized["params"] == [a, b, 1000, 0, 0]

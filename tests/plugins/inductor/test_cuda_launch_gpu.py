@@ -2,35 +2,13 @@
 and sized ones; a cold compile builds no C launcher where Triton would build one per
 signature; a profiler's launch hooks still see every launch (through Triton's launcher)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from inductor_testing import run_gpu_training_step
 
 import torchkiln
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-STEP = """
-import json, torch, torchkiln
-from torchkiln import counters
-torch.manual_seed(0)
-model = torch.nn.Sequential(
-    torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256), torch.nn.Linear(256, 8)
-).cuda()
-x = torch.randn(32, 64, device="cuda", requires_grad=True)
-out = torchkiln.compile(model)(x).softmax(-1)
-out.sum().backward()
-grad, x.grad = x.grad, None
-expected = model(x).softmax(-1)
-expected.sum().backward()
-torch.testing.assert_close(out, expected)
-torch.testing.assert_close(grad, x.grad)
-print(json.dumps(dict(counters["triton_launch"])))
-"""
 
 
 def builds_launchers() -> bool:
@@ -40,16 +18,7 @@ def builds_launchers() -> bool:
 
 
 def test_a_cold_training_step_builds_no_c_launcher(tmp_path):
-    environ = dict(
-        os.environ,
-        TORCHKILN_CACHE_DIR=str(tmp_path / "kiln"),
-        TRITON_CACHE_DIR=str(tmp_path / "triton"),
-    )
-    environ.pop("TRITON_INTERPRET", None)
-    done = subprocess.run(
-        [sys.executable, "-c", STEP], env=environ, stdout=subprocess.PIPE, text=True, check=True
-    )
-    launches = json.loads(done.stdout.splitlines()[-1])
+    launches = run_gpu_training_step(tmp_path)["triton_launch"]
     built = [p.name for p in (tmp_path / "triton").rglob("__triton_launcher*")]
     if builds_launchers():
         assert launches.get("direct", 0) > 0 and launches.get("through_triton", 0) == 0
