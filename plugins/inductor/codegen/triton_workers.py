@@ -148,7 +148,7 @@ def warm_pool(gpu: torch.device | None = None) -> None:
 def _set_up_driver() -> None:
     """Import Triton and make its driver, as this process's first kernel compile or load
     would: Triton's CUDA driver builds its C utilities with gcc where its cache has none
-    (0.35 s on the CPU VM, in every cold compile), a subprocess that runs beside the
+    (0.25-0.37 s on the CPU VM, in every cold compile), a subprocess that runs beside the
     capture here instead of after it."""
     try:
         from triton.runtime import driver
