@@ -136,9 +136,10 @@ def k(a_ptr, b_ptr, n, m, c_ptr, XBLOCK: tl.constexpr):
 """
 
 
-def _recording_driver(tmp_path: Path) -> dict:
-    """The environment of a process whose ``libcuda.so.1`` is the recording stand-in, built
-    into ``tmp_path``, and whose Triton builds C launchers."""
+def _run_against_recording_driver(tmp_path: Path, script: str, kernels: str) -> list:
+    """Run ``script`` (its JSON line returned) in a process whose ``libcuda.so.1`` is the
+    recording stand-in, built into ``tmp_path`` beside the kernel module ``kernels``, and
+    whose Triton builds C launchers."""
     include = SITE / "triton" / "backends" / "nvidia" / "include"
     source = Path(__file__).with_name("data") / "recording_cuda.c"
     library = tmp_path / "libcuda.so.1"
@@ -154,17 +155,16 @@ def _recording_driver(tmp_path: Path) -> dict:
         TRITON_CACHE_DIR=str(tmp_path / "triton"),
     )
     environ.pop("TRITON_INTERPRET", None)
-    return environ
+    (tmp_path / "kernel_module.py").write_text(kernels)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        env=environ, stdout=subprocess.PIPE, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
-    environ = _recording_driver(tmp_path)
-    (tmp_path / "kernel_module.py").write_text(KERNEL)
-    done = subprocess.run(
-        [sys.executable, "-c", COMPARE, str(tmp_path)],
-        env=environ, stdout=subprocess.PIPE, text=True, check=True,
-    )  # fmt: skip
-    through_triton, direct, hooked = json.loads(done.stdout.splitlines()[-1])
+    through_triton, direct, hooked = _run_against_recording_driver(tmp_path, COMPARE, KERNEL)
     assert through_triton["grid"] == [4, 2, 1] and through_triton["block"] == [256, 1, 1]
     assert through_triton["params"][:5] == [
         0x7F0000001000, 0x7F0000002040, 1001, (-(2**40) - 3) % 2**64, 0x7F0000003000,
@@ -231,13 +231,8 @@ def test_lean_launchers_launch_directly_with_their_grids_and_arguments(tmp_path)
     size after the pointers; with a launch hook set, the same launch through Triton's
     launcher, which calls the hook. (Triton 3.6 keeps hooks in chains, never ``None``: the
     direct launch was taken for no kernel until this test.)"""
-    environ = _recording_driver(tmp_path)
-    (tmp_path / "kernel_module.py").write_text(LAUNCHED_KERNELS)
-    done = subprocess.run(
-        [sys.executable, "-c", LAUNCHERS, str(tmp_path)],
-        env=environ, stdout=subprocess.PIPE, text=True, check=True,
-    )  # fmt: skip
-    static, sized, hooked, hook_calls, (a, b, c) = json.loads(done.stdout.splitlines()[-1])
+    launches = _run_against_recording_driver(tmp_path, LAUNCHERS, LAUNCHED_KERNELS)
+    static, sized, hooked, hook_calls, (a, b, c) = launches
     assert static == {
         "grid": [4, 1, 1], "block": [128, 1, 1], "shared": 0, "attributes": 0,
         "stream": 0x5150, "function": 0xABC0, "params": [a, b, c, 0, 0],
