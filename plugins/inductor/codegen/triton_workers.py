@@ -53,8 +53,11 @@ from torchkiln import counters, logs
 from . import triton_binaries
 from .triton_compile_worker import read_frame, timed_compile, write_frame
 
-#: most processes compiling at once, this one included
+#: most processes compiling at once, this one included, unless ``WORKERS_ENV`` says
 MAX_WORKERS = 16
+#: the environment variable that sets how many processes compile at once, this one
+#: included (1: this process alone, no workers)
+WORKERS_ENV = "TORCHKILN_COMPILE_WORKERS"
 #: threads of this process that compile jobs too: Triton's front end holds the GIL, but
 #: ptxas and the C launcher's gcc, about half of a compile on the H200 machine, run as
 #: subprocesses that other threads' front ends overlap
@@ -168,7 +171,7 @@ def _started_pool() -> _Pool | None:
     ``fork``."""
     global _pool
     with _pool_lock:
-        count = min(MAX_WORKERS, _usable_cores()) - 1  # this process compiles too
+        count = _compiling_processes() - 1  # this process compiles too
         if _pool is None and not _stopped and count > 0 and hasattr(os, "fork"):
             try:
                 _pool = _Pool(_current_target(), count)
@@ -190,6 +193,20 @@ def _current_target() -> tuple[str, int, int]:
 
     target = driver.active.get_current_target()
     return (target.backend, target.arch, target.warp_size)
+
+
+def _compiling_processes() -> int:
+    """How many processes compile at once, this one included: ``$TORCHKILN_COMPILE_WORKERS``,
+    else one per usable core, at most :data:`MAX_WORKERS`."""
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    if not text:
+        return min(MAX_WORKERS, _usable_cores())
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"${WORKERS_ENV} must be a whole number of processes, 1 or more (1: compile in "
+            f"this process alone), got {text!r}"
+        )
+    return int(text)
 
 
 def _usable_cores() -> int:
