@@ -10,6 +10,11 @@ pointers and integers, so :class:`DirectLaunch` fills one parameter buffer and c
 ``cuLaunchKernel`` itself, with nothing to build. Kernels it can't take
 (:func:`launchable`), and every kernel where Triton's launchers need no build (Triton 3.7
 and later launch all kernels through one prebuilt launcher), keep Triton's.
+
+A kernel it launches is kept with its binary in torchkiln's binary index
+(``triton_binaries``), from where a later process loads it as a :class:`StoredKernel`, with
+the driver's own calls: a warm start never imports Triton (0.1 s of mlp's warm first step
+on the H200, most of it Triton's ``@jit`` functions reading their sources as it imports).
 """
 
 from __future__ import annotations
@@ -17,15 +22,77 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 from .triton_compile_worker import launchable
 
-__all__ = ["DirectLaunch", "launchable", "triton_launcher"]
+__all__ = ["DirectLaunch", "StoredKernel", "launchable", "triton_launcher"]
 
 _MASK64 = (1 << 64) - 1
 #: ``CUDA_ERROR_INVALID_CONTEXT``: no context is current on the calling thread
 _INVALID_CONTEXT = 201
+# the CUDA driver's attribute numbers (cuda.h) that loading a kernel reads and sets
+_MAX_THREADS_PER_BLOCK, _SHARED_SIZE_BYTES, _LOCAL_SIZE_BYTES, _NUM_REGS = 0, 1, 3, 4
+_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+_PREFER_SHARED = 1
+#: shared memory a kernel may use without asking for more (``cuFuncSetAttribute``)
+_DEFAULT_SHARED = 48 * 1024
+
+
+class StoredKernel:
+    """A compiled kernel that :class:`DirectLaunch` launches, as torchkiln's binary index
+    keeps it (``triton_binaries``): its name, binary (a cubin), launch options and argument
+    types: what ``CompiledKernel`` gives a launch, without Triton. :meth:`load` loads it
+    as Triton's ``load_binary`` does."""
+
+    def __init__(self, name: str, binary: bytes, num_warps: int, shared: int, signature: dict):
+        self.name = name
+        self.kernel = binary
+        self.metadata = SimpleNamespace(num_warps=num_warps, shared=shared)
+        self.src = SimpleNamespace(signature=signature)
+        self.module: int | None = None
+        self.function: int | None = None
+        self.packed_metadata = None  # Triton's launcher's: this kernel launches directly
+
+    def load(self, device: int) -> None:
+        """Load the binary on ``device`` (its primary context made current on this thread
+        where none is) and allow it the shared memory it uses; raises RuntimeError where
+        the device can't run it."""
+        cuda = _driver()
+        current = ctypes.c_void_p()
+        _check(cuda.cuCtxGetCurrent(ctypes.byref(current)), "finding the current context")
+        if not current.value:
+            _make_context_current(device)
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        _check(cuda.cuModuleLoadData(ctypes.byref(module), self.kernel), f"loading {self.name}")
+        _check(
+            cuda.cuModuleGetFunction(ctypes.byref(function), module, self.name.encode()),
+            f"finding {self.name} in its binary",
+        )
+        threads = _function_attribute(function, _MAX_THREADS_PER_BLOCK)
+        if self.metadata.num_warps * 32 > threads:
+            raise RuntimeError(
+                f"Triton kernel {self.name} needs {self.metadata.num_warps * 32} threads a "
+                f"block, GPU {device} runs it with {threads} at most"
+            )
+        shared_optin = _device_attribute(device, _MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        if self.metadata.shared > shared_optin:
+            raise RuntimeError(
+                f"Triton kernel {self.name} needs {self.metadata.shared} bytes of shared "
+                f"memory, GPU {device} has {shared_optin} a block"
+            )
+        if self.metadata.shared > _DEFAULT_SHARED and shared_optin > _DEFAULT_SHARED:
+            _check(cuda.cuFuncSetCacheConfig(function, _PREFER_SHARED), "preferring shared memory")
+            static = _function_attribute(function, _SHARED_SIZE_BYTES)
+            _check(
+                cuda.cuFuncSetAttribute(
+                    function, _MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_optin - static
+                ),
+                f"allowing {self.name} its shared memory",
+            )
+        self.module, self.function = module.value, function.value
 
 
 class DirectLaunch:
@@ -33,7 +100,7 @@ class DirectLaunch:
     values of its non-constexpr arguments in order (pointers as integers)."""
 
     def __init__(self, kernel: Any, device: int):
-        _load(kernel, device)
+        load(kernel, device)
         self._name = kernel.name
         self._device = device
         self._function = ctypes.c_void_p(kernel.function)
@@ -81,14 +148,18 @@ class DirectLaunch:
             raise RuntimeError(f"launching Triton kernel {self._name}: {_error_text(result)}")
 
 
-def _load(kernel: Any, device: int) -> None:
+def load(kernel: Any, device: int) -> None:
     """Load ``kernel``'s binary on ``device``, as ``CompiledKernel._init_handles`` does but
-    without building Triton's launcher; raises Triton's ``OutOfResources`` as it does."""
+    without building Triton's launcher; raises Triton's ``OutOfResources`` as it does (a
+    :class:`StoredKernel` loads itself)."""
+    if kernel.module is not None:
+        return
+    if isinstance(kernel, StoredKernel):
+        kernel.load(device)
+        return
     from triton.runtime import driver
     from triton.runtime.errors import OutOfResources
 
-    if kernel.module is not None:
-        return
     meta = kernel.metadata
     utils = driver.active.utils
     max_shared = utils.get_device_properties(device)["max_shared_mem"]
@@ -112,7 +183,7 @@ def _load(kernel: Any, device: int) -> None:
 
 
 def triton_launcher(kernel: Any) -> Any:
-    """Triton's own launcher of a kernel :func:`_load` loaded (``CompiledKernel.run`` is None
+    """Triton's own launcher of a kernel :func:`load` loaded (``CompiledKernel.run`` is None
     then: its handles are set): for launches that a profiler's launch hooks watch."""
     if kernel._run is None:
         from triton.runtime import driver
@@ -131,9 +202,39 @@ def _driver() -> ctypes.CDLL:
     cuda.cuLaunchKernel.restype = ctypes.c_int
     cuda.cuDevicePrimaryCtxRetain.argtypes = [ctypes.c_void_p, ctypes.c_int]
     cuda.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    cuda.cuCtxGetCurrent.argtypes = [ctypes.c_void_p]
+    cuda.cuModuleLoadData.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    cuda.cuModuleGetFunction.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]
+    cuda.cuFuncGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    cuda.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    cuda.cuFuncSetCacheConfig.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    cuda.cuDeviceGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     cuda.cuGetErrorString.restype = ctypes.c_int
     cuda.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     return cuda
+
+
+def _function_attribute(function: ctypes.c_void_p, attribute: int) -> int:
+    value = ctypes.c_int()
+    _check(
+        _driver().cuFuncGetAttribute(ctypes.byref(value), attribute, function),
+        "reading a kernel's attribute",
+    )
+    return value.value
+
+
+def _device_attribute(device: int, attribute: int) -> int:
+    value = ctypes.c_int()
+    _check(
+        _driver().cuDeviceGetAttribute(ctypes.byref(value), attribute, device),
+        "reading the GPU's attribute",
+    )
+    return value.value
+
+
+def _check(result: int, doing: str) -> None:
+    if result:
+        raise RuntimeError(f"{doing}: {_error_text(result)}")
 
 
 def _make_context_current(device: int) -> None:

@@ -20,14 +20,20 @@ others); one whose files Triton's cache no longer has is skipped.
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import torch
 
 from torchkiln import counters
 from torchkiln.cache_seal import Damaged
@@ -84,10 +90,24 @@ def key_of_job(job: Any, arch: int) -> BinaryKey | None:
 
 
 def current_arch() -> int:
-    """The architecture Triton compiles for now (its driver's current target): 90 for sm_90."""
+    """The architecture Triton compiles for now: 90 for sm_90 (:func:`current_target`)."""
+    return current_target()[1]
+
+
+def current_target() -> tuple[str, int, int]:
+    """The current GPU's Triton target, ``(backend, arch, warp size)``: from Triton's
+    driver where it is set up (or set: a compile-only one, where no GPU is) or the GPU is
+    not CUDA's, else from torch, as Triton's CUDA driver computes it (which would import
+    Triton, and build its C utilities where its cache has none)."""
+    drivers = sys.modules.get("triton.runtime.driver")
+    set_up = drivers is not None and getattr(drivers.driver, "_active", None) is not None
+    if not set_up and torch.version.hip is None and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return ("cuda", major * 10 + minor, 32)
     from triton.runtime import driver
 
-    return driver.active.get_current_target().arch
+    target = driver.active.get_current_target()
+    return (target.backend, target.arch, target.warp_size)
 
 
 def remember(key: BinaryKey | None, record: dict | None) -> None:
@@ -103,9 +123,11 @@ def was_loaded(kernel: Any) -> bool:
     return getattr(kernel, "_kiln_loaded", False)
 
 
-def load(key: BinaryKey | None) -> Any | None:
-    """Triton's ``CompiledKernel`` of ``key``, from Triton's cache, or None where no record
-    or no cached binary is there (the caller compiles it through Triton's JIT)."""
+def load(key: BinaryKey | None, through_triton: bool = False) -> Any | None:
+    """The compiled kernel of ``key``: a ``cuda_launch.StoredKernel`` where its record holds
+    its binary (a kernel ``DirectLaunch`` launches), else (or ``through_triton``) Triton's
+    ``CompiledKernel`` from Triton's cache; None where no record or no cached binary is
+    there (the caller compiles it through Triton's JIT)."""
     if key is None:
         return None
     path = key.path()
@@ -116,10 +138,22 @@ def load(key: BinaryKey | None) -> Any | None:
         return None
     if data is None:
         return None
+    record = json.loads(data)
+    direct = record.get("direct")
+    if direct is not None and not through_triton:
+        from .cuda_launch import StoredKernel
+
+        signature = {_as_triton_had_it(k): v for k, v in record["signature"]}
+        binary = base64.b64decode(direct["binary"])
+        kernel = StoredKernel(
+            record["name"], binary, direct["num_warps"], direct["shared"], signature
+        )
+        kernel._kiln_loaded = True
+        counters["triton_binaries"]["loaded"] += 1
+        return kernel
     from triton.compiler.compiler import CompiledKernel
     from triton.runtime.cache import get_cache_manager
 
-    record = json.loads(data)
     group = get_cache_manager(record["hash"]).get_group(f"{record['name']}.json")
     if group is None:
         return None  # Triton's cache was emptied: compile again
@@ -145,11 +179,23 @@ def _as_triton_had_it(value: Any) -> Any:
 
 def _toolchain() -> tuple[str, ...]:
     """Triton's version and the environment variables that change how it compiles."""
-    import triton
-
     env = sorted(
         f"{k}={v}"
         for k, v in os.environ.items()
         if k.startswith(("TRITON_", "MLIR_", "LLVM_")) and k not in _NOT_IN_KEY
     )
-    return (triton.__version__, *env)
+    return (_triton_version(), *env)
+
+
+@functools.cache
+def _triton_version() -> str:
+    """Triton's version, from its installation's metadata: importing Triton would take a
+    warm start 0.1 s (its ``@jit`` functions read their sources)."""
+    for distribution in ("triton", "pytorch-triton", "pytorch-triton-rocm"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    import triton  # installed without metadata (a source tree on the path)
+
+    return triton.__version__

@@ -12,6 +12,7 @@ A job is a tuple ``(path, name, dtypes, grid, meta, num_warps, num_stages)``: ke
 
 from __future__ import annotations
 
+import base64
 import functools
 import importlib.abc
 import importlib.util
@@ -101,7 +102,9 @@ def timed_compile(job: Job, cache_dir: str | None, modules: dict[str, Any]) -> t
 def record_of(kernel: Any) -> dict | None:
     """What ``triton_binaries.load`` needs to load a compiled kernel without Triton's JIT:
     Triton's hash and name of it, and its source's constants, signature and argument names
-    (what its launcher reads); None where those are not plain values."""
+    (what its launcher reads); for a kernel ``cuda_launch.DirectLaunch`` launches, its
+    binary and launch options too, which load it without Triton. None where those are not
+    plain values."""
     src = kernel.src
     record = {
         "hash": kernel.hash,
@@ -111,6 +114,12 @@ def record_of(kernel: Any) -> dict | None:
         "signature": [[k, v] for k, v in src.signature.items()],
         "arg_names": list(src.fn.arg_names),
     }
+    if launchable(kernel):
+        record["direct"] = {
+            "binary": base64.b64encode(kernel.kernel).decode(),
+            "num_warps": kernel.metadata.num_warps,
+            "shared": kernel.metadata.shared,
+        }
     try:
         json.dumps(record)
     except (TypeError, ValueError):

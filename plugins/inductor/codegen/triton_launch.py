@@ -28,6 +28,7 @@ bound argument, constexprs too, and differ only in how launch hooks are kept.
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -101,9 +102,9 @@ class LeanLauncher:
         self._constexprs = tuple(meta.values())
         self._compiled: dict[tuple[bool, ...], tuple] = {}
         self._started: dict[tuple[bool, ...], object] = {}  # compiles under way
-        from triton import knobs
-
-        self._hooks = knobs.runtime
+        # Triton's launch hooks (``knobs.runtime``); None until Triton is imported: none can
+        # be set before, and a warm start loads its kernels without it (``StoredKernel``)
+        self._hooks = _launch_hooks()
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         pointers = [t.data_ptr() for t in tensors]
@@ -113,24 +114,39 @@ class LeanLauncher:
             entry = self._compile(aligned, tensors)
         kernel, direct, run, function, packed, device = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
-        enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
+        hooks = self._hooks if self._hooks is not None else _launch_hooks()
         if direct is not None:
+            if hooks is None:
+                direct(*self._grid3, stream, pointers)
+                return
+            enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
             # no launch hook set (``_any``, inlined: a call costs every launch)
             if not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave):
                 direct(*self._grid3, stream, pointers)
                 return
-            run = cuda_launch.triton_launcher(kernel)  # a profiler's hooks watch launches
+            # a profiler's hooks watch launches: through Triton's launcher
+            kernel, run, function, packed = self._through_triton(aligned, tensors)
+        self._hooks = hooks
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
         args = (*tensors, *self._constexprs)
         # a profiler's hooks want the launch's metadata (Triton 3.9 keeps hooks in a chain)
         metadata = kernel.launch_metadata(self._grid, stream, *args) if _any(enter) else None
         run(*self._grid3, stream, function, packed, metadata, enter, leave, *args)
 
+    def start_stored(self, tensors: tuple[torch.Tensor, ...]) -> bool:
+        """Find the binary a compile of this kernel for the alignment of ``tensors`` stored
+        (``triton_binaries``); whether there is one. The first call with it loads it."""
+        aligned = _alignment([t.data_ptr() for t in tensors])
+        stored = self._stored(aligned, tensors)
+        if stored is not None:
+            self._started[aligned] = stored
+        return stored is not None
+
     def start(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Begin compiling for the alignment of ``tensors`` (in a worker of Triton's
-        ``AsyncCompileMode`` when one is active), or load the binary a compile of the same
-        kernel stored (``triton_binaries``); the first call with it finishes."""
+        ``AsyncCompileMode`` when one is active); the first call with it finishes."""
         aligned = _alignment([t.data_ptr() for t in tensors])
-        self._started[aligned] = self._stored(aligned, tensors) or self._warmup(tensors)
+        self._started[aligned] = self._warmup(tensors)
 
     def compile_for(self, tensors: tuple[torch.Tensor, ...]) -> None:
         """Compile and load the kernel for ``tensors`` now (the autotuner does, on a worker
@@ -165,8 +181,10 @@ class LeanLauncher:
             self._options.get("num_stages"),
         )
 
-    def _stored(self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...]):
-        return triton_binaries.load(self._key(aligned, tensors))
+    def _stored(
+        self, aligned: tuple[bool, ...], tensors: tuple[torch.Tensor, ...], through_triton=False
+    ):
+        return triton_binaries.load(self._key(aligned, tensors), through_triton)
 
     def _warmup(self, tensors: tuple[torch.Tensor, ...]):
         return self._fn.warmup(
@@ -182,18 +200,32 @@ class LeanLauncher:
         if hasattr(kernel, "result"):  # an asynchronous compile
             kernel = kernel.result()
         device = tensors[0].device.index
-        if cuda_launch.launchable(kernel):
+        if isinstance(kernel, cuda_launch.StoredKernel) or cuda_launch.launchable(kernel):
             direct, run = cuda_launch.DirectLaunch(kernel, device), None  # loads the binary
             counters["triton_launch"]["direct"] += 1
         else:
             direct, run = None, kernel.run  # loads the binary and makes Triton's launcher
             counters["triton_launch"]["through_triton"] += 1
+            self._hooks = _launch_hooks()  # Triton is imported: its hooks are read as set
         if not triton_binaries.was_loaded(kernel):
             counters["triton_binaries"]["through_jit"] += 1
             triton_binaries.remember(self._key(aligned, tensors), record_of(kernel))
         entry = (kernel, direct, run, kernel.function, kernel.packed_metadata, device)
         self._compiled[aligned] = entry
         return entry
+
+    def _through_triton(self, aligned: tuple[bool, ...], tensors: tuple) -> tuple:
+        """``(kernel, run, function, packed)`` that launch the kernel for this alignment
+        through Triton's launcher, for launch hooks to watch: a :class:`StoredKernel` is
+        exchanged for Triton's ``CompiledKernel`` of it, for good."""
+        kernel, direct, _, _, _, device = self._compiled[aligned]
+        if isinstance(kernel, cuda_launch.StoredKernel):
+            kernel = self._stored(aligned, tensors, through_triton=True) or self._warmup(tensors)
+            cuda_launch.load(kernel, device)
+            self._compiled[aligned] = (
+                kernel, direct, None, kernel.function, kernel.packed_metadata, device
+            )  # fmt: skip
+        return kernel, cuda_launch.triton_launcher(kernel), kernel.function, kernel.packed_metadata
 
 
 class SizedLeanLauncher(LeanLauncher):
@@ -226,13 +258,20 @@ class SizedLeanLauncher(LeanLauncher):
         kernel, direct, run, function, packed, device = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
         grid = (-(-xnumel // self._xblock), 1, 1)
-        enter, leave = self._hooks.launch_enter_hook, self._hooks.launch_exit_hook
+        hooks = self._hooks if self._hooks is not None else _launch_hooks()
         if direct is not None:
+            if hooks is None:
+                pointers += args[self._sizes_at :]
+                direct(*grid, stream, pointers)
+                return
+            enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
             if not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave):
                 pointers += args[self._sizes_at :]
                 direct(*grid, stream, pointers)
                 return
-            run = cuda_launch.triton_launcher(kernel)  # a profiler's hooks watch launches
+            kernel, run, function, packed = self._through_triton(aligned, tensors)
+        self._hooks = hooks
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
         args = (*args, *self._constexprs)
         metadata = kernel.launch_metadata(grid, stream, *args) if _any(enter) else None
         run(*grid, stream, function, packed, metadata, enter, leave, *args)
@@ -268,12 +307,26 @@ def compile_at_once(
         precompile([*(launcher.job(dtypes) for launcher, dtypes, _ in lean), *(jobs or ())])
     if len(lean) < 2:
         return  # nothing to overlap: the first call compiles
+    unstored = []
+    for launcher, dtypes, device in lean:
+        tensors = tuple(torch.empty(1, dtype=d, device=device) for d in dtypes)
+        if not launcher.start_stored(tensors):
+            unstored.append((launcher, tensors))
+    if len(unstored) < 2:
+        return  # nothing to overlap: the first call compiles
     from triton import AsyncCompileMode
 
-    workers = min(len(lean), os.cpu_count() or 1, COMPILE_THREADS)
+    workers = min(len(unstored), os.cpu_count() or 1, COMPILE_THREADS)
     with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):
-        for launcher, dtypes, device in lean:
-            launcher.start(tuple(torch.empty(1, dtype=d, device=device) for d in dtypes))
+        for launcher, tensors in unstored:
+            launcher.start(tensors)
+
+
+def _launch_hooks():
+    """Triton's ``knobs.runtime``, where its launch hooks are set; None while Triton is not
+    imported (no hook can be set then)."""
+    knobs = sys.modules.get("triton.knobs")
+    return None if knobs is None else knobs.runtime
 
 
 def _any(hook) -> bool:
@@ -292,9 +345,8 @@ def launcher_for(
     """The launcher that fits ``fn``: interpreted under ``TRITON_INTERPRET=1`` (which has no
     warps or stages), lean otherwise; one computing its grid per call where ``fn`` takes
     ``sizes`` (the names of its size arguments)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    if isinstance(fn, InterpretedFunction):
+    interpreter = sys.modules.get("triton.runtime.interpreter")  # imported where one runs
+    if interpreter is not None and isinstance(fn, interpreter.InterpretedFunction):
         return SizedInterpretedLauncher(fn, meta) if sizes else InterpretedLauncher(fn, grid, meta)
     if sizes:
         return SizedLeanLauncher(fn, grid, meta, num_warps, num_stages, sizes)

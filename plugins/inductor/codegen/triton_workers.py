@@ -174,25 +174,10 @@ def _started_pool() -> _Pool | None:
         count = _compiling_processes() - 1  # this process compiles too
         if _pool is None and not _stopped and count > 0 and hasattr(os, "fork"):
             try:
-                _pool = _Pool(_current_target(), count)
+                _pool = _Pool(triton_binaries.current_target(), count)
             except OSError as e:  # no Unix socket here (a temporary folder's path too long)
                 logs.log.warning("Triton compile workers: not started (%s)", e)
         return _pool
-
-
-def _current_target() -> tuple[str, int, int]:
-    """The current GPU's Triton target, ``(backend, arch, warp size)``: from Triton's
-    driver where it is set up (or set: a compile-only one, where no GPU is) or the GPU is
-    not CUDA's, else from torch (Triton's CUDA driver would build its C utilities first)."""
-    drivers = sys.modules.get("triton.runtime.driver")
-    set_up = drivers is not None and getattr(drivers.driver, "_active", None) is not None
-    if not set_up and torch.version.hip is None and torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        return ("cuda", major * 10 + minor, 32)  # as Triton's CUDA driver computes it
-    from triton.runtime import driver
-
-    target = driver.active.get_current_target()
-    return (target.backend, target.arch, target.warp_size)
 
 
 def _compiling_processes() -> int:

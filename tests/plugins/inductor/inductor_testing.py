@@ -81,9 +81,10 @@ def live_storages(wrapper_source: str) -> list[int]:
 
 
 #: A small MLP's first training step on the GPU, in a process of its own, compared with
-#: eager's (outputs and input gradients); prints the Triton counters as JSON
+#: eager's (outputs and input gradients); prints the Triton counters as JSON, and under
+#: ``process`` whether the compiled step imported Triton
 GPU_TRAINING_STEP = """
-import json, torch, torchkiln
+import json, sys, torch, torchkiln
 from torchkiln import counters
 torch.manual_seed(0)
 model = torch.nn.Sequential(
@@ -92,12 +93,13 @@ model = torch.nn.Sequential(
 x = torch.randn(32, 64, device="cuda", requires_grad=True)
 out = torchkiln.compile(model)(x).softmax(-1)
 out.sum().backward()
+counters["process"]["triton_imported"] = int("triton" in sys.modules)
 grad, x.grad = x.grad, None
 expected = model(x).softmax(-1)
 expected.sum().backward()
 torch.testing.assert_close(out, expected)
 torch.testing.assert_close(grad, x.grad)
-print(json.dumps({g: dict(counters[g]) for g in ("triton_binaries", "triton_launch")}))
+print(json.dumps({g: dict(counters[g]) for g in ("triton_binaries", "triton_launch", "process")}))
 """
 
 

@@ -121,6 +121,49 @@ print(json.dumps([through_triton, direct, last_launch(widths)]))
 """
 )
 
+#: The kernel of ``COMPARE`` kept in torchkiln's binary index (``triton_binaries``), its
+#: direct launch recorded
+STORE = (
+    COMPARE
+    + r"""
+from abi_key import KEY
+from torchkiln_inductor.codegen import triton_binaries
+from torchkiln_inductor.codegen.triton_compile_worker import record_of
+
+triton_binaries.remember(KEY, record_of(kernel))
+"""
+)
+
+#: A fresh process launches the stored kernel as ``COMPARE``'s direct launch, with nothing
+#: of Triton imported
+LOAD_STORED = r"""
+import ctypes, json, sys
+import torch
+from torchkiln_inductor.codegen import cuda_launch, triton_binaries
+
+sys.path.insert(0, sys.argv[1])
+from abi_key import KEY, widths, last_launch, recorder
+
+kernel = triton_binaries.load(KEY)
+assert isinstance(kernel, cuda_launch.StoredKernel), kernel
+ctypes.c_int.in_dll(recorder, "param_count").value = len(widths)
+a, b, c = 0x7F0000001000, 0x7F0000002040, 0x7F0000003000
+cuda_launch.DirectLaunch(kernel, 0)(4, 2, 1, 0x5150, [a, b, 1001, -(2**40) - 3, c])
+image = bytes((ctypes.c_ubyte * 4).in_dll(recorder, "loaded_image"))
+print(json.dumps([last_launch(widths), image.hex(), "triton" in sys.modules]))
+"""
+
+#: What both of those processes share: the kernel's key, reading the recorded launches
+ABI_KEY = """
+import ctypes
+from torchkiln_inductor.codegen.triton_binaries import BinaryKey
+
+KEY = BinaryKey("kiln_" + "0" * 24 + ".py", "k", ("bfloat16", "float32", "float32"),
+                (True,) * 3, (("XBLOCK", 256),), 8, None, 90)
+widths = [8, 8, 4, 8, 8, 8, 8]
+recorder = ctypes.CDLL("libcuda.so.1")
+"""
+
 KERNEL = """
 import triton
 import triton.language as tl
@@ -136,23 +179,24 @@ def k(a_ptr, b_ptr, n, m, c_ptr, XBLOCK: tl.constexpr):
 """
 
 
-def _run_against_recording_driver(tmp_path: Path, script: str, kernels: str) -> list:
+def _run_against_recording_driver(tmp_path: Path, script: str, kernels: str, **env: str) -> list:
     """Run ``script`` (its JSON line returned) in a process whose ``libcuda.so.1`` is the
     recording stand-in, built into ``tmp_path`` beside the kernel module ``kernels``, and
-    whose Triton builds C launchers."""
+    whose Triton builds C launchers; ``env`` added to its environment."""
     include = SITE / "triton" / "backends" / "nvidia" / "include"
     source = Path(__file__).with_name("data") / "recording_cuda.c"
     library = tmp_path / "libcuda.so.1"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", f"-I{include}", "-o", library, source], check=True
-    )
-    (tmp_path / "libcuda.so").symlink_to(library)
+    if not library.exists():  # built once for the test's processes
+        command = ["gcc", "-shared", "-fPIC", "-O1", f"-I{include}", "-o", library, source]
+        subprocess.run(command, check=True)
+        (tmp_path / "libcuda.so").symlink_to(library)
     environ = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(SITE), *sys.path]),
         LD_LIBRARY_PATH=str(tmp_path),
         TRITON_LIBCUDA_PATH=str(tmp_path),
         TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        **env,
     )
     environ.pop("TRITON_INTERPRET", None)
     (tmp_path / "kernel_module.py").write_text(kernels)
@@ -161,6 +205,22 @@ def _run_against_recording_driver(tmp_path: Path, script: str, kernels: str) -> 
         env=environ, stdout=subprocess.PIPE, text=True, check=True,
     )  # fmt: skip
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_stored_kernel_launches_as_it_did_in_a_process_that_never_imports_triton(tmp_path):
+    """A warm start loads a kernel's binary from its record (``StoredKernel``) and launches
+    it exactly as the process that compiled it did, without importing Triton."""
+    prelude_end = PRELUDE.index("class Launch")
+    reading = PRELUDE[prelude_end:]  # the recorded launch's structure and last_launch
+    (tmp_path / "abi_key.py").write_text(ABI_KEY + reading)
+    environ = {"TORCHKILN_CACHE_DIR": str(tmp_path / "kiln")}
+    compiled = _run_against_recording_driver(tmp_path, STORE, KERNEL, **environ)
+    launch, image, imported_triton = _run_against_recording_driver(
+        tmp_path, LOAD_STORED, KERNEL, **environ
+    )
+    assert launch == compiled[1]  # COMPARE's direct launch
+    assert image == "7f454c46"  # the cubin, an ELF file
+    assert not imported_triton
 
 
 def test_direct_launch_passes_the_driver_what_tritons_launcher_passes(tmp_path):
@@ -181,7 +241,7 @@ from torchkiln_inductor.codegen.triton_launch import LeanLauncher, SizedLeanLaun
 
 # no GPU: the current stream is a made-up handle, and loading a binary sets made-up handles
 torch._C._cuda_getCurrentRawStream = lambda device: 0x5150
-cuda_launch._load = lambda kernel, device: (
+cuda_launch.load = lambda kernel, device: (
     setattr(kernel, "module", 1), setattr(kernel, "function", 0xABC0)
 )
 # the launches' five parameters: three pointers, or two and a size, then the two scratch ones

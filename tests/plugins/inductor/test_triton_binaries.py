@@ -86,7 +86,7 @@ def test_a_recorded_kernel_loads_as_the_jit_compiled_one(sm90, tmp_path):
     record, binary, packed = jit_compile(module)
     assert triton_binaries.load(key(module)) is None  # nothing recorded yet
     triton_binaries.remember(key(module), record)
-    loaded = triton_binaries.load(key(module))
+    loaded = triton_binaries.load(key(module), through_triton=True)
     assert triton_binaries.was_loaded(loaded)
     assert loaded.hash == record["hash"] and loaded.name == "scale"
     assert hashlib.sha256(loaded.kernel).hexdigest() == binary  # the same cubin
@@ -96,6 +96,26 @@ def test_a_recorded_kernel_loads_as_the_jit_compiled_one(sm90, tmp_path):
     assert loaded.src.signature == {"x_ptr": "*fp32", "y_ptr": "*fp32", "XBLOCK": "constexpr"}
     assert loaded.src.constants == {(2,): 128}
     assert loaded.src.fn.arg_names == ["x_ptr", "y_ptr", "XBLOCK"]
+
+
+def test_a_kernel_launched_directly_loads_from_its_record_alone(sm90, tmp_path):
+    """Where ``cuda_launch.DirectLaunch`` launches a kernel (Triton 3.6, which builds a C
+    launcher per signature), its record keeps the binary and launch options: a warm start
+    loads it as a ``StoredKernel``, without Triton or Triton's cache."""
+    from torchkiln_inductor.codegen import cuda_launch
+    from torchkiln_inductor.codegen.triton_compile_worker import _triton_builds_launchers
+
+    if not _triton_builds_launchers():
+        pytest.skip("needs Triton <= 3.6 (its kernels launch directly): run with .triton36")
+    module = generated_module(tmp_path)
+    record, binary, _ = jit_compile(module)
+    triton_binaries.remember(key(module), record)
+    shutil.rmtree(sm90)  # Triton's cache: not read
+    stored = triton_binaries.load(key(module))
+    assert isinstance(stored, cuda_launch.StoredKernel) and triton_binaries.was_loaded(stored)
+    assert hashlib.sha256(stored.kernel).hexdigest() == binary
+    assert (stored.name, stored.metadata.num_warps, stored.metadata.shared) == ("scale", 4, 0)
+    assert stored.src.signature == {"x_ptr": "*fp32", "y_ptr": "*fp32", "XBLOCK": "constexpr"}
 
 
 def test_each_part_of_a_compile_keys_its_own_record(sm90, tmp_path):
@@ -123,7 +143,7 @@ def test_a_record_whose_binary_left_tritons_cache_is_not_loaded(sm90, tmp_path):
     module = generated_module(tmp_path)
     triton_binaries.remember(key(module), jit_compile(module)[0])
     shutil.rmtree(sm90)
-    assert triton_binaries.load(key(module)) is None
+    assert triton_binaries.load(key(module), through_triton=True) is None
 
 
 def test_worker_compiles_are_recorded_for_this_process(sm90, tmp_path):
@@ -140,13 +160,13 @@ def test_worker_compiles_are_recorded_for_this_process(sm90, tmp_path):
     triton_workers.precompile(jobs)
     assert counters["triton_binaries"]["recorded"] == before + 3
     for warps in (2, 4, 8):
-        loaded = triton_binaries.load(key(module, warps=warps))
+        loaded = triton_binaries.load(key(module, warps=warps), through_triton=True)
         assert loaded is not None and loaded.hash == jit_compile(module, warps)[0]["hash"]
 
 
 def test_a_launcher_finds_what_the_workers_compiled(sm90, tmp_path):
     """The launcher's key for aligned tensors is the key the parent recorded a worker's
-    compile under: its ``start`` takes the recorded binary, no compile."""
+    compile under: it takes the recorded binary (``start_stored``), no compile."""
     from torchkiln_inductor.codegen.triton_launch import LeanLauncher
 
     module = generated_module(tmp_path)
@@ -161,10 +181,10 @@ def test_a_launcher_finds_what_the_workers_compiled(sm90, tmp_path):
     triton_workers.precompile(precompile_jobs)
     launcher = LeanLauncher(module.scale, (4,), {"XBLOCK": 128}, num_warps=4)
     tensors = (torch.empty(512), torch.empty(512))  # torch allocates 16-byte aligned
-    launcher.start(tensors)
+    assert launcher.start_stored(tensors)
     (started,) = launcher._started.values()
     assert triton_binaries.was_loaded(started)
-    assert started.hash == jit_compile(module, 4)[0]["hash"]
+    assert hashlib.sha256(started.kernel).hexdigest() == jit_compile(module, 4)[1]
 
 
 CHECKED_KERNELS = (

@@ -209,15 +209,16 @@ def test_a_driver_that_cant_be_set_up_is_left_to_the_first_compile(monkeypatch):
 def test_the_workers_target_comes_from_a_driver_set_up_else_from_torch(monkeypatch):
     from triton.backends.compiler import GPUTarget
 
+    from torchkiln_inductor.codegen import triton_binaries
     from torchkiln_inductor.codegen.triton_compile_worker import CompileOnlyDriver
 
     drivers = importlib.import_module("triton.runtime.driver")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
     monkeypatch.setattr(drivers.driver, "_active", None)
-    assert triton_workers._current_target() == ("cuda", 80, 32)  # no gcc build for this
+    assert triton_binaries.current_target() == ("cuda", 80, 32)  # no gcc build for this
     monkeypatch.setattr(drivers.driver, "_active", CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
-    assert triton_workers._current_target() == ("cuda", 90, 32)
+    assert triton_binaries.current_target() == ("cuda", 90, 32)
 
 
 def test_the_number_of_compiling_processes_comes_from_the_environment(monkeypatch):

@@ -45,3 +45,19 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)&f
 CUresult cuCtxSetCurrent(CUcontext c) { return CUDA_SUCCESS; }
 CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { return CUDA_SUCCESS; }
 CUresult cuGetErrorString(CUresult r, const char **s) { *s = "fake"; return CUDA_SUCCESS; }
+
+/* Loading a binary: a made-up module and function; the image's first bytes are kept */
+unsigned char loaded_image[4];
+CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    memcpy(loaded_image, image, sizeof loaded_image); *m = (CUmodule)1; return CUDA_SUCCESS;
+}
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    *f = (CUfunction)0xABC0; return CUDA_SUCCESS;
+}
+CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
+    *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0; return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+    *v = 232448; return CUDA_SUCCESS;  /* an H100's shared memory a block, opted in */
+}
+CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache c) { return CUDA_SUCCESS; }
