@@ -7,9 +7,7 @@ recorded (CPU tensors, a synchronizing op), it runs the function as it is and sa
 why once. Each recording (:class:`Recording`) goes through three calls:
 
 1. warm-up: the function runs eagerly (lazy initialisation, autotuning, allocator
-   pools), the address of every input is noted, and the inputs it writes to; where an
-   input moved since the warm-up before, the next call warms up again (up to
-   ``WARM_UPS`` calls: see :meth:`Recording.warms_up_again`);
+   pools), the address of every input is noted, and the inputs it writes to;
 2. record: inputs still at the same address (parameters, buffers) and outputs of the
    model's recorded graphs (the saved values of a recorded forward) are *static*: the
    graph reads them in place, never copied; every other input gets a buffer of its own.
@@ -49,8 +47,6 @@ log = logging.getLogger("torchkiln.cudagraphs")
 #: Recordings one runner keeps (one per input signature: dynamic shapes record each
 #: size they meet); calls with a new signature beyond this run without CUDA graphs.
 MAX_RECORDINGS = 8
-#: Most warm-up calls of one recording (see :meth:`Recording.warms_up_again`).
-WARM_UPS = 2
 
 
 def why_not_capturable(args: Sequence[Any]) -> str | None:
@@ -168,7 +164,6 @@ class Recording:
         self.device = device
         self.pool: GraphPool | None = None
         self.warm_addresses: list[int] | None = None
-        self.warm_ups = 0
         #: Inputs copied into buffers of their own on every call (the others are read in place).
         self.copied: set[int] = set()
         #: Inputs the function writes to (seen in the warm-up through their version counters).
@@ -212,7 +207,7 @@ class Recording:
     def __call__(self, args: list) -> Any:
         if self.eager_reason is not None:
             return self.runner.run_eagerly(args, self.eager_reason)
-        if self.warm_addresses is None or self.warms_up_again(args):
+        if self.warm_addresses is None:
             return self._warm_up(args)
         # a backward that keeps its graph (retain_graph, create_graph) keeps the saved values
         keeps_saved = self.runner.kind == "backward" and _keeps_graph()
@@ -225,28 +220,7 @@ class Recording:
             return self.runner.run_eagerly(args, KEEPS_SAVED)
         return self._replay(args)
 
-    def warms_up_again(self, args: Sequence[Any]) -> bool:
-        """Whether this call warms up once more instead of recording: a tensor input that is
-        no output of a recorded graph moved since the last warm-up, and fewer than
-        :data:`WARM_UPS` ran.
-
-        A value a training loop makes with eager ops each step, the backward's input
-        above all (the loss's gradient), gets the same block of the allocator each step
-        once the steps' allocations repeat, from the second or third: recorded then, the
-        graph reads it in place, where a buffer of its own costs a copy each call (a read
-        and a write of 256 MiB, 3% of the chain's training step on the H200)."""
-        if self.graph is not None or self.warm_ups >= WARM_UPS:
-            return False
-        model, index = self.runner.model, self.device.index
-        return any(
-            isinstance(arg, torch.Tensor)
-            and arg.data_ptr() != address
-            and model.source_of(index, arg) is None
-            for arg, address in zip(args, self.warm_addresses)
-        )
-
     def _warm_up(self, args: list) -> Any:
-        self.warm_ups += 1
         self.warm_addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in args]
         # weakly: the call may free an input after its last use (``run_boxed``)
         versions = {
@@ -343,10 +317,6 @@ class Recording:
         self.frees_saved = self.frees_saved or bool(self.reuses)
         self.graph = graph
         self.order = pool.new_order(graph)
-        log.info(
-            "cudagraphs: recorded a %s graph after %d warm-up(s); inputs copied on each call: %s",
-            kind, self.warm_ups, sorted(self.copied) or "none",
-        )  # fmt: skip
 
     def release(self, handed_out: Any, alias: torch.Tensor) -> torch.Tensor:
         """The static output ``alias`` is (handed out as ``handed_out``), for a backward's
