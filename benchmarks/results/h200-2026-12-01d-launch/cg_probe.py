@@ -1,4 +1,5 @@
 """Which inputs the cudagraphs backend copies into buffers of its own, chain training."""
+
 import logging
 
 import torch
@@ -13,7 +14,7 @@ logging.getLogger("torchkiln.cudagraphs").setLevel(logging.INFO)
 built = on_device(MODELS["chain"].build("large"), torch.device("cuda"), torch.bfloat16)
 built.module.train()
 compiled = torchkiln.compile(built.module, backend="cudagraphs")
-for step in range(6):
+for _step in range(6):
     loss_of(compiled(*built.inputs)).backward()
 torch.cuda.synchronize()
 print("probe done")

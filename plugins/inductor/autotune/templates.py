@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..codegen.triton import _pow2
-from ..codegen.triton_launch import launcher_for
+from ..codegen.triton_launch import is_interpreted, launcher_for
 from ..codegen.triton_templates import TEMPLATE_META, LibraryCall, TemplateLaunch
 from ..codegen.triton_workers import CompileJob, compile_job
 from .triton_kernels import compiled, precompile_launches, tuning_problem
@@ -188,9 +188,7 @@ class TunedTemplate:
         """The template's configs that tuning will measure, for the worker batch of a fresh
         graph's load (as ``TunedKernel.worker_jobs``; the aten choice's epilogue is one of
         the graph's kernels). None for the interpreter."""
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if isinstance(self._template_fn, InterpretedFunction):
+        if is_interpreted(self._template_fn):
             return []
         launch = self._launch
         tf32 = tf32_allowed(launch)  # as the first call will find it, likely

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from ..codegen.triton_launch import launcher_for
+from ..codegen.triton_binaries import triton_version
+from ..codegen.triton_launch import is_interpreted, launcher_for
 from ..codegen.triton_module import KernelLaunch
 from ..codegen.triton_workers import CompileJob, compile_job, precompile
 from .configs import TritonConfig, candidates, light_candidates
@@ -68,9 +69,7 @@ class TunedKernel:
         worker busy; compiled kernel by kernel at their first calls, each kernel waited for
         its slowest candidate (on an H200, mlp's max-autotune inference: 49 of 58 s were
         that wait). None for the interpreter."""
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if isinstance(self._fn, InterpretedFunction):
+        if is_interpreted(self._fn):
             return []
         launch = self._launch
         return [
@@ -92,9 +91,7 @@ def precompile_launches(fn, tensors: tuple[torch.Tensor, ...], launches: list[tu
     """Compile Triton function ``fn`` for ``tensors`` in each ``(grid, meta, num_warps,
     num_stages)`` of ``launches`` in worker processes (``triton_workers``): the candidates'
     builds then load them from Triton's disk cache. Nothing to do for the interpreter."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    if isinstance(fn, InterpretedFunction) or not tensors[0].is_cuda:
+    if is_interpreted(fn) or not tensors[0].is_cuda:
         return
     dtypes = tuple(t.dtype for t in tensors)
     jobs = [compile_job(fn, dtypes, *launch) for launch in launches]
@@ -153,10 +150,8 @@ def light_benchmark(tensors: tuple[torch.Tensor, ...]) -> Benchmark | None:
 def device_fingerprint(device: torch.device) -> str:
     """What a winner is valid for besides the kernel: the GPU model and the Triton and CUDA
     versions (on CPU, Triton's interpreter)."""
-    import triton
-
     if device.type != "cuda":
-        return f"{device.type} interpreter, triton {triton.__version__}"
+        return f"{device.type} interpreter, triton {triton_version()}"
     name = torch.cuda.get_device_name(device)
     capability = torch.cuda.get_device_capability(device)
-    return f"{name} sm{capability}, triton {triton.__version__}, cuda {torch.version.cuda}"
+    return f"{name} sm{capability}, triton {triton_version()}, cuda {torch.version.cuda}"

@@ -184,11 +184,11 @@ def _toolchain() -> tuple[str, ...]:
         for k, v in os.environ.items()
         if k.startswith(("TRITON_", "MLIR_", "LLVM_")) and k not in _NOT_IN_KEY
     )
-    return (_triton_version(), *env)
+    return (triton_version(), *env)
 
 
 @functools.cache
-def _triton_version() -> str:
+def triton_version() -> str:
     """Triton's version, from its installation's metadata: importing Triton would take a
     warm start 0.1 s (its ``@jit`` functions read their sources)."""
     for distribution in ("triton", "pytorch-triton", "pytorch-triton-rocm"):

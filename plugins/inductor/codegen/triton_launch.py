@@ -334,6 +334,13 @@ def _any(hook) -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
+def is_interpreted(fn) -> bool:
+    """Whether ``fn`` runs in Triton's interpreter (``TRITON_INTERPRET=1``), asked without
+    importing Triton: a kernel of a module not imported yet (``UnimportedKernel``) is none."""
+    interpreter = sys.modules.get("triton.runtime.interpreter")  # imported where one runs
+    return interpreter is not None and isinstance(fn, interpreter.InterpretedFunction)
+
+
 def launcher_for(
     fn,
     grid: tuple[int, ...],
@@ -345,8 +352,7 @@ def launcher_for(
     """The launcher that fits ``fn``: interpreted under ``TRITON_INTERPRET=1`` (which has no
     warps or stages), lean otherwise; one computing its grid per call where ``fn`` takes
     ``sizes`` (the names of its size arguments)."""
-    interpreter = sys.modules.get("triton.runtime.interpreter")  # imported where one runs
-    if interpreter is not None and isinstance(fn, interpreter.InterpretedFunction):
+    if is_interpreted(fn):
         return SizedInterpretedLauncher(fn, meta) if sizes else InterpretedLauncher(fn, grid, meta)
     if sizes:
         return SizedLeanLauncher(fn, grid, meta, num_warps, num_stages, sizes)

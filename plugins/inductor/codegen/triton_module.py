@@ -99,9 +99,9 @@ class TritonModule:
             for k in untuned
         }
         kernels = [(launchers[k.name], k.dtypes, k.device) for k in untuned]
-        # the candidates of every tuned kernel and template, in one batch (duplicates: kernels
-        # of the same text share a function)
-        tuning = [*tuned.values(), *templates.values()]
+        # a fresh graph's workers compile the candidates of every tuned kernel and template
+        # too, in one batch (duplicates: kernels of the same text share a function)
+        tuning = [*tuned.values(), *templates.values()] if fresh else []
         jobs = list(dict.fromkeys(job for kernel in tuning for job in kernel.worker_jobs()))
         compile_at_once(kernels, in_workers=fresh, jobs=jobs)
         namespace.update(launchers)
