@@ -11,12 +11,15 @@ in the harness (``rows.first_step``): ``torch.compile`` imports TorchDynamo ther
 in a process of the H200 machine, whose packages have no bytecode caches), where
 torchkiln imports it at the first capture (torch's fake tensors need it). A training
 workload's optimizer is made before the clock starts, as a training loop makes it before
-its first step (``cases.LateForward``): it imports TorchDynamo for both. For torchkiln backends the first step is split into phases by timing a few
-functions of the pipeline (capture, the AOT layer's tracing and partitioning, the
-inductor's generation, the wait for Triton's compiles, a training graph's forward and
-backward compiled together (on a GPU), first-call tuning, the backward's lazy compile). A phase's time is the union of its calls' wall intervals, so nested and
-concurrent calls count once; phases nest in one another (``backward compile`` holds its
-own generation and kernel compiles), so they do not add up to the total. Unlike
+its first step (``cases.LateForward``): it imports TorchDynamo for both.
+
+For torchkiln backends the first step is split into phases by timing a few functions of
+the pipeline (capture, the AOT layer's tracing and partitioning, the inductor's
+generation, the wait for Triton's compiles, a training graph's forward and backward
+compiled together (on a GPU), first-call tuning, the backward's lazy compile). A phase's
+time is the union of its calls' wall intervals, so nested and concurrent calls count once;
+phases nest in one another (``backward compile`` holds its own generation and kernel
+compiles), so they do not add up to the total. Unlike
 ``benchmarks.compile_profile`` (cProfile), nothing slows the Python-heavy phases down.
 """
 

@@ -249,11 +249,19 @@ widths = [8] * 5
 ctypes.c_int.in_dll(recorder, "param_count").value = len(widths)
 
 
+# the kernels under a name as the inductor gives its modules: their binaries are recorded
+import importlib.util, shutil
+name = "kiln_" + "1" * 24
+shutil.copy(kernel_module.__file__, f"{sys.argv[1]}/{name}.py")
+spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")
+kernels = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kernels)
+
 a, b, c = (torch.empty(1024) for _ in range(3))
-static = LeanLauncher(kernel_module.copy_add, (4,), {"XBLOCK": 256}, num_warps=4)
+static = LeanLauncher(kernels.copy_add, (4,), {"XBLOCK": 256}, num_warps=4)
 static(a, b, c)
 first = last_launch(widths)
-sized = SizedLeanLauncher(kernel_module.sized, (1,), {"XBLOCK": 128}, 4, None, ("n",))
+sized = SizedLeanLauncher(kernels.sized, (1,), {"XBLOCK": 128}, 4, None, ("n",))
 sized(1000, a, b, 1000)
 second = last_launch(widths)
 # a profiler's launch hook: the launch goes through Triton's launcher, which calls it
@@ -263,7 +271,10 @@ knobs.runtime.launch_enter_hook.add(seen.append)
 static(a, b, c)
 hooked = last_launch(widths)
 pointers = [t.data_ptr() for t in (a, b, c)]
-print(json.dumps([first, second, hooked, len(seen), pointers]))
+from torchkiln import counters
+stored = isinstance(static._compiled[(True,) * 3][0], cuda_launch.StoredKernel)
+binaries = dict(counters["triton_binaries"])
+print(json.dumps([first, second, hooked, len(seen), pointers, binaries, stored]))
 """
 )
 
@@ -291,12 +302,19 @@ def test_lean_launchers_launch_directly_with_their_grids_and_arguments(tmp_path)
     size after the pointers; with a launch hook set, the same launch through Triton's
     launcher, which calls the hook. (Triton 3.6 keeps hooks in chains, never ``None``: the
     direct launch was taken for no kernel until this test.)"""
-    launches = _run_against_recording_driver(tmp_path, LAUNCHERS, LAUNCHED_KERNELS)
-    static, sized, hooked, hook_calls, (a, b, c) = launches
-    assert static == {
-        "grid": [4, 1, 1], "block": [128, 1, 1], "shared": 0, "attributes": 0,
-        "stream": 0x5150, "function": 0xABC0, "params": [a, b, c, 0, 0],
-    }  # fmt: skip
-    assert sized["grid"] == [8, 1, 1] and sized["block"] == [128, 1, 1]
-    assert sized["params"] == [a, b, 1000, 0, 0]
-    assert hooked == static and hook_calls == 1
+    cache = {"TORCHKILN_CACHE_DIR": str(tmp_path / "kiln")}
+    compiled = _run_against_recording_driver(tmp_path, LAUNCHERS, LAUNCHED_KERNELS, **cache)
+    # a second process finds both kernels in torchkiln's binary index (``StoredKernel``);
+    # under the hook, the static one is exchanged for Triton's ``CompiledKernel`` of it
+    loaded = _run_against_recording_driver(tmp_path, LAUNCHERS, LAUNCHED_KERNELS, **cache)
+    for static, sized, hooked, hook_calls, (a, b, c), _, _ in (compiled, loaded):
+        assert static == {
+            "grid": [4, 1, 1], "block": [128, 1, 1], "shared": 0, "attributes": 0,
+            "stream": 0x5150, "function": 0xABC0, "params": [a, b, c, 0, 0],
+        }  # fmt: skip
+        assert sized["grid"] == [8, 1, 1] and sized["block"] == [128, 1, 1]
+        assert sized["params"] == [a, b, 1000, 0, 0]
+        assert hooked == static and hook_calls == 1
+    assert compiled[5].get("through_jit") == 2 and not compiled[6]
+    assert loaded[5].get("loaded", 0) == 3 and "through_jit" not in loaded[5]
+    assert not loaded[6]  # exchanged, for good
