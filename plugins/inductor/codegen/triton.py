@@ -40,7 +40,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sympy
@@ -734,15 +735,36 @@ class TritonKernel:
         return "\n".join(head + self.lines), buffers, self.meta, grid
 
     def header(self, constexprs) -> tuple[list[str], list[str]]:
-        """The ``@triton.jit`` lines (buffers read, then written, by name; the size symbols
-        the body uses; then the ``constexprs``) and the buffers in argument order.
+        """The ``@triton.jit`` lines (buffers read, then written; the size symbols the body
+        uses; then the ``constexprs``) and the buffers in argument order.
+
+        Buffer params are renamed ``in_ptr0``, ``out_ptr0``, ... in the order the body first
+        uses them, in ``self.lines`` too: the same fused ops on buffers of the same sizes in
+        another layer are then the same text, one function compiled once
+        (``generate_triton``), not one per layer.
 
         Sizes are ``int64`` (products of sizes may pass int32) and not specialized: Triton
         would compile a kernel of its own for a size of 1 or a multiple of 16, which the
         launcher, compiling once per pointer alignment, would then run at other sizes."""
-        ordered = sorted(self.params.items(), key=lambda kv: (kv[1][1], kv[0]))
-        names = [pname for _, (pname, _) in ordered]
         body = "\n".join(self.lines)
+
+        def first_use(item) -> tuple[bool, int]:  # a param the body never reads goes last
+            pname, written = item[1]
+            match = re.search(rf"\b{pname}\b", body)
+            return written, match.start() if match else len(body)
+
+        ordered = sorted(self.params.items(), key=first_use)
+        renamed = {}
+        for written in (False, True):
+            group = [pname for _, (pname, w) in ordered if w == written]
+            prefix = "out_ptr" if written else "in_ptr"
+            renamed |= {pname: f"{prefix}{i}" for i, pname in enumerate(group)}
+        if renamed:
+            pattern = re.compile(rf"\b({'|'.join(map(re.escape, renamed))})\b")
+            self.lines = [pattern.sub(lambda m: renamed[m[1]], line) for line in self.lines]
+            body = "\n".join(self.lines)
+        self.params = {b: (renamed[pname], w) for b, (pname, w) in self.params.items()}
+        names = [renamed[pname] for _, (pname, _) in ordered]
         self.size_params = [s.name for s in symbols_in(body, self.graph.size_sources)]
         sizes = [f"{s}: tl.int64" for s in self.size_params]
         consts = [f"{name}: tl.constexpr" for name in constexprs]
@@ -1036,13 +1058,13 @@ class TritonKernel:
 NAME_OPS_CHARS = 60
 
 
-def _kernel_name(plan: KernelPlan, text: str) -> str:
-    """``kiln_{red|poi}_{the ops it fuses}_{hash of its text}``, as profilers list it:
-    ``kiln_red_native_batch_norm_backward_threshold_backward_5f0c2a1e``."""
+def _kernel_name(plan: KernelPlan, key: str) -> str:
+    """``kiln_{red|poi}_{the ops it fuses}_{hash of its text and launch}``, as profilers list
+    it: ``kiln_red_native_batch_norm_backward_threshold_backward_5f0c2a1e``."""
     nodes = plan.kernel.nodes
     kind = "red" if any(n.is_reduction for n in nodes) else "poi"
     ops = "_".join(dict.fromkeys(n.buffer.origin for n in nodes if n.buffer.origin))
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return f"kiln_{kind}_{ops[:NAME_OPS_CHARS].rstrip('_')}_{digest}".replace("__", "_")
 
 
@@ -1084,22 +1106,22 @@ def _pow2(n: int) -> int:
 def generate_triton(
     plans: dict[str, KernelPlan], graph: GraphIR, autotune: TuningSettings | None = None
 ) -> tuple[TritonModule, dict]:
-    """The Triton module of every planned kernel, and per kernel name its launch (identical
-    kernels share a function, named by the hash of its text); ``autotune``: tune kernels at
-    their first call (``TritonModule.autotune``)."""
+    """The Triton module of every planned kernel, and per kernel name its launch; ``autotune``:
+    tune kernels at their first call (``TritonModule.autotune``).
+
+    Kernels of the same text and launch (dtypes, blocks, grid: all but the buffers passed)
+    share one function, named by their hash: a model's layers compile each kernel once. Its
+    ``in_place`` marks a param where any of its launches writes over values."""
     sources: dict[str, str] = {}
-    names: dict[str, str] = {}  # kernel text -> the name of the function that runs it
+    names: dict[str, str] = {}  # text and launch signature -> the function that runs them
+    shared: dict[str, KernelLaunch] = {}  # function name -> the launch its tuner sees
     by_step: dict[str, KernelLaunch] = {}
     for kernel_name, plan in plans.items():
         kernel = TritonKernel(plan, graph)
         text, params, meta, grid = kernel.emit()
-        name = names.get(text)
-        if name is None:
-            name = names[text] = _kernel_name(plan, text)
-            sources[name] = text.replace("KERNEL_NAME", name)
         buffers = [graph.buffer(p) for p in params]
         launch = KernelLaunch(
-            name,
+            "",
             tuple(params),
             grid,
             tuple(meta.items()),
@@ -1111,10 +1133,17 @@ def generate_triton(
             tuple(kernel.params[p][1] and p not in plan.stored for p in params),
             tuple(kernel.size_params),
         )
-        by_step[kernel_name] = launch
+        key = f"{text}\n{replace(launch, params=(), in_place=())!r}"
+        name = names.get(key)
+        if name is None:  # the first of its kind names it, by the ops it fuses
+            name = names[key] = _kernel_name(plan, key)
+            sources[name] = text.replace("KERNEL_NAME", name)
+        launch = by_step[kernel_name] = replace(launch, name=name)
+        first = shared.setdefault(name, launch)
+        in_place = tuple(a or b for a, b in zip(first.in_place, launch.in_place, strict=True))
+        shared[name] = replace(first, in_place=in_place)
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     prelude = PRELUDE.replace("{round_bf16}", _ROUND_BF16[interpreted])
     prelude = prelude.replace("{libdevice}", libdevice_binding(interpreted)).rstrip("\n")
     source = "\n\n\n".join([prelude, *sources.values()]) + "\n"
-    launches = {launch.name: launch for launch in by_step.values()}
-    return TritonModule(source, tuple(launches.values()), autotune), by_step
+    return TritonModule(source, tuple(shared.values()), autotune), by_step

@@ -102,12 +102,11 @@ def add_templates(
     if not templates:
         return module, launches
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    sources, added = [], []
+    sources: dict[str, str] = {}
+    added: dict[str, TemplateLaunch] = {}
     for step in templates:
         source_of, prefix = _SOURCES[type(step)]
         text, params = source_of(step, graph, interpreted)
-        name = f"kiln_{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-        sources.append(text.replace("KERNEL_NAME", name))
         dtypes = tuple(graph.buffer(p).dtype for p in params)
         product = step.extern.name
         returned = None
@@ -119,7 +118,7 @@ def add_templates(
         a, _, _ = step.operands()
         batch, m, n, _ = step.sizes()
         launch = TemplateLaunch(
-            name,
+            "",
             tuple(params),
             batch,
             m,
@@ -130,13 +129,29 @@ def add_templates(
             dtypes,
             returned,
         )
-        launches[step.name] = launch
-        added.append(launch)
-    source = "\n\n\n".join([module.source.rstrip("\n"), *sources]) + "\n"
+        # the same text and the same call but for the buffers passed: one function (layers)
+        name = f"kiln_{prefix}_{_digest(text, launch)}"
+        sources.setdefault(name, text.replace("KERNEL_NAME", name))
+        launch = launches[step.name] = dataclasses.replace(launch, name=name)
+        added.setdefault(name, launch)
+    source = "\n\n\n".join([module.source.rstrip("\n"), *sources.values()]) + "\n"
     module = dataclasses.replace(
-        module, source=source, templates=tuple(added), template_tuning=tuning
+        module, source=source, templates=tuple(added.values()), template_tuning=tuning
     )
     return module, launches
+
+
+def _digest(text: str, launch: TemplateLaunch) -> str:
+    """A hash of the template's text and of its launch but the buffers it is passed (its
+    epilogue kernel by name: the kernel's own launch names the step's buffers)."""
+    library = launch.library
+    epilogue = library.epilogue.name if library.epilogue is not None else None
+    shape = (
+        dataclasses.replace(launch, params=(), library=None),
+        dataclasses.replace(library, epilogue=None),
+        epilogue,
+    )
+    return hashlib.sha256(f"{text}\n{shape!r}".encode()).hexdigest()[:16]
 
 
 def gemm_source(step: GemmStep, graph: GraphIR, interpreted: bool) -> tuple[str, list[str]]:

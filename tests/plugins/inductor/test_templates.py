@@ -446,3 +446,20 @@ def test_conv_bn_relu_training_matches_eager(force):
     for p, q in zip(model.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
     assert clock.used == ["template"]
+
+
+def test_layers_of_the_same_sizes_share_one_template_function(force):
+    """Two layers' matmuls with the same epilogue on buffers of the same sizes are one
+    function, compiled and tuned once; a third of another size gets its own."""
+    force("template")
+
+    def fn(x, w1, w2, w3):
+        y = torch.relu(x @ w1)
+        return torch.relu(torch.relu(y @ w2) @ w3)
+
+    args = (torch.randn(20, 24), torch.randn(24, 24), torch.randn(24, 24), torch.randn(24, 8))
+    compiled = check(fn, *args, **GEMM)
+    launches = compiled.artifact.triton.templates
+    assert len(launches) == 2
+    wrapper = compiled.artifact.wrapper_source
+    assert sorted(wrapper.count(f"{launch.name}(") for launch in launches) == [1, 2]

@@ -178,7 +178,8 @@ def test_independent_reductions_stay_separate_kernels():
         return a.sum(1), b.sum(1)
 
     compiled = triton_check(fn, torch.randn(8, 40), torch.randn(8, 40))
-    assert len(compiled.artifact.triton.launches) == 2
+    (launch,) = compiled.artifact.triton.launches  # the same kernel: one function, run twice
+    assert compiled.artifact.wrapper_source.count(f"{launch.name}(") == 2
     assert kernel_count(check(fn, torch.randn(8, 40), torch.randn(8, 40))) == 1
 
 
@@ -264,7 +265,7 @@ def test_persistent_chain_keeps_rows_in_registers():
     in registers between the three reductions; the kernel reads x once and writes once."""
     compiled = triton_check(_chain, torch.randn(5, 48), torch.randn(48), torch.randn(48))
     source = compiled.artifact.triton.source
-    assert source.count("tl.store(") == 1 and source.count("in_arg0 +") == 1, source
+    assert source.count("tl.store(") == 1 and source.count("in_ptr0 +") == 1, source
 
 
 def test_looped_chain_writes_and_rereads_its_rows():
@@ -354,3 +355,21 @@ def test_independent_tiny_kernels_share_a_launch():
     compiled = triton_check(counters_and_big, *scalars, torch.randn(4096), torch.randn(4096))
     sizes = sorted(launch.xnumel for launch in compiled.artifact.triton.launches)
     assert sizes == [1, 4096, 4096]
+
+
+def test_layers_of_the_same_sizes_share_one_function():
+    """A kernel's text names its params by position (``in_ptr0``), not by buffer: the same
+    softmax before and after a matmul is one function, compiled once; a float16 one of
+    other rows is another."""
+
+    def fn(x, w, h):
+        y = torch.softmax(x, -1) @ w
+        return torch.softmax(y, -1), torch.softmax(h, -1)
+
+    x, w, h = torch.randn(8, 16), torch.randn(16, 16), torch.randn(4, 16, dtype=torch.float16)
+    compiled = triton_check(fn, x, w, h, rtol=1e-3, atol=1e-3)
+    names = [launch.name for launch in compiled.artifact.triton.launches]
+    assert len(names) == len(set(names)) == 2  # float32's softmax, float16's
+    wrapper = compiled.artifact.wrapper_source
+    assert sorted(wrapper.count(f"{name}(") for name in names) == [1, 2]
+    assert "in_ptr0" in compiled.artifact.triton.source
