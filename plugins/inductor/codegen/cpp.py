@@ -42,6 +42,7 @@ from ..sizes import (
     symbols_in,
 )
 from .cpp_blocked import Blocked, BlockPlan, plan_blocks, stepping_loop
+from .naming import param_names, positional_params, renamed
 
 PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
 
@@ -615,12 +616,17 @@ class CppKernel:
             for seg in self.plan.segments:
                 body += self._segment(seg, outer_vars)
             loops = self._outer_loops(outer, body, pointwise_only)
+        # params and local arrays named by position (naming.py): a layer's kernel is the
+        # same text as the one before it, compiled once
+        ordered = positional_params(self.params, "\n".join(loops))
+        names = param_names(self.params, ordered)
+        names |= {f"local_{name}": f"local{i}" for i, name in enumerate(self.plan.local)}
+        loops = renamed(loops, names)
         params = []
-        ordered = sorted(self.params.items(), key=lambda kv: (kv[1][1], kv[0]))
-        for name, (pname, written) in ordered:
-            dtype = self.graph.buffer(name).dtype
+        for name in ordered:
+            pname, written = self.params[name]
             const = "" if written else "const "
-            params.append(f"{const}{STORAGE_TYPES[dtype]}* {pname}")
+            params.append(f"{const}{STORAGE_TYPES[self.graph.buffer(name).dtype]}* {names[pname]}")
         text = "\n".join(loops)
         self.size_params = symbols_in(text, self.graph.size_sources)
         params += [f"int64_t {s}" for s in self.size_params]
@@ -630,7 +636,7 @@ class CppKernel:
         else:
             sig = f'extern "C" void KERNEL_NAME({", ".join(params)})'
         text = "\n".join([sig + " {", *("    " + line for line in loops), "}"])
-        return text, [(name, written) for name, (_, written) in ordered]
+        return text, [(name, self.params[name][1]) for name in ordered]
 
     # -- column reductions: lanes run along the last outer dimension ---------------------
     def _column_mode(self) -> bool:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,6 +54,7 @@ from ..kernel_plan import KernelPlan, Segment
 from ..loop_body import Op, Value, compute_dtype
 from ..scheduler import INNER, OUTER, SchedulerNode
 from ..sizes import Size, as_size, hint, is_static, known_less, size_text, symbols_in
+from .naming import param_names, positional_params, renamed
 from .triton_libdevice import libdevice_binding
 from .triton_module import KernelLaunch, TritonModule
 
@@ -739,32 +739,17 @@ class TritonKernel:
         uses; then the ``constexprs``) and the buffers in argument order.
 
         Buffer params are renamed ``in_ptr0``, ``out_ptr0``, ... in the order the body first
-        uses them, in ``self.lines`` too: the same fused ops on buffers of the same sizes in
-        another layer are then the same text, one function compiled once
-        (``generate_triton``), not one per layer.
+        uses them, in ``self.lines`` too (``naming.py``): a layer's kernel is the same text as
+        the one before it, one function compiled once (``generate_triton``).
 
         Sizes are ``int64`` (products of sizes may pass int32) and not specialized: Triton
         would compile a kernel of its own for a size of 1 or a multiple of 16, which the
         launcher, compiling once per pointer alignment, would then run at other sizes."""
+        ordered = positional_params(self.params, "\n".join(self.lines))
+        names = param_names(self.params, ordered)
+        self.lines = renamed(self.lines, names)
+        self.params = {b: (names[pname], w) for b, (pname, w) in self.params.items()}
         body = "\n".join(self.lines)
-
-        def first_use(item) -> tuple[bool, int]:  # a param the body never reads goes last
-            pname, written = item[1]
-            match = re.search(rf"\b{pname}\b", body)
-            return written, match.start() if match else len(body)
-
-        ordered = sorted(self.params.items(), key=first_use)
-        renamed = {}
-        for written in (False, True):
-            group = [pname for _, (pname, w) in ordered if w == written]
-            prefix = "out_ptr" if written else "in_ptr"
-            renamed |= {pname: f"{prefix}{i}" for i, pname in enumerate(group)}
-        if renamed:
-            pattern = re.compile(rf"\b({'|'.join(map(re.escape, renamed))})\b")
-            self.lines = [pattern.sub(lambda m: renamed[m[1]], line) for line in self.lines]
-            body = "\n".join(self.lines)
-        self.params = {b: (renamed[pname], w) for b, (pname, w) in self.params.items()}
-        names = [renamed[pname] for _, (pname, _) in ordered]
         self.size_params = [s.name for s in symbols_in(body, self.graph.size_sources)]
         sizes = [f"{s}: tl.int64" for s in self.size_params]
         consts = [f"{name}: tl.constexpr" for name in constexprs]
@@ -772,8 +757,9 @@ class TritonKernel:
         if self.checks_indices:  # keeps its asserts (``triton_launch.compile_options``)
             options.append("debug=True")
         jit = f"@triton.jit({', '.join(options)})" if options else "@triton.jit"
-        head = [jit, f"def KERNEL_NAME({', '.join(names + sizes + consts)}):"]
-        return head, [name for name, _ in ordered]
+        pointers = [self.params[b][0] for b in ordered]
+        head = [jit, f"def KERNEL_NAME({', '.join(pointers + sizes + consts)}):"]
+        return head, ordered
 
     def emit_pointwise(self, handler: TritonOpsHandler, outer_vars: list[Expr]) -> None:
         """Emit the plan's nodes, pointwise over its outer loops only, at ``outer_vars`` in

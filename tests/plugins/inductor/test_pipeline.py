@@ -1,5 +1,6 @@
 """End to end: aten graph -> IR -> fused C++ -> ctypes -> same result as eager."""
 
+import re
 import weakref
 
 import torch
@@ -55,6 +56,20 @@ def test_matmul_runs_as_extern_with_fused_epilogue():
     )
     assert "aten_mm_default(" in compiled.artifact.wrapper_source
     assert kernel_count(compiled) == 1
+
+
+def test_layers_of_the_same_sizes_share_one_kernel_function():
+    """A kernel's params and local rows are named by position, not by buffer: the softmax
+    before and after a matmul is one C++ function, compiled once and called twice."""
+
+    def fn(x, w):
+        return torch.softmax(torch.softmax(x, -1) @ w, -1)
+
+    compiled = check(fn, torch.randn(8, 16), torch.randn(16, 16))
+    assert kernel_count(compiled) == 1
+    (name,) = set(re.findall(r"\b(kiln_\w+)\(", compiled.artifact.wrapper_source))
+    assert compiled.artifact.wrapper_source.count(f"{name}(") == 2
+    assert "local0[" in compiled.artifact.cpp_source
 
 
 def test_normalized_rows_viewed_as_a_matrix_fuse_with_their_statistics():
