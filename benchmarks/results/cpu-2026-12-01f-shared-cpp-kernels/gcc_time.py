@@ -43,9 +43,10 @@ def gcc_seconds(sources: list[str], folder: Path) -> float:
     return total
 
 
-for model in sys.argv[1:]:
-    sources = generated_sources(model)
-    folder = Path(tempfile.mkdtemp())
-    seconds = statistics.median(gcc_seconds(sources, folder) for _ in range(3))
-    lines = sum(text.count("\n") for text in sources)
-    print(f"{model}: {lines} lines of C++, gcc {seconds:.2f} s (median of 3)")
+if __name__ == "__main__":
+    for model in sys.argv[1:]:
+        sources = generated_sources(model)
+        folder = Path(tempfile.mkdtemp())
+        seconds = statistics.median(gcc_seconds(sources, folder) for _ in range(3))
+        lines = sum(text.count("\n") for text in sources)
+        print(f"{model}: {lines} lines of C++, gcc {seconds:.2f} s (median of 3)")

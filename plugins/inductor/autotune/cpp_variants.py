@@ -19,7 +19,6 @@ are not remembered across processes (only libraries that built are cached).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from torchkiln.exc import KilnError
 from ..codegen.cpp import GeneratedKernel, generate_kernel, translation_unit
 from ..codegen.runtime import bind_kernel
 from ..cpp_build import load_library
+from ..host import usable_cores
 from ..ir import GraphIR
 from ..kernel_plan import KernelPlan
 from .cpp_configs import CppConfig
@@ -93,7 +93,7 @@ class VariantLibrary:
 
     def _build(self) -> tuple[dict[str, ctypes.CDLL], dict[str, str]]:
         start = time.monotonic()
-        workers = max(1, min(len(self._units), len(os.sched_getaffinity(0))))
+        workers = max(1, min(len(self._units), usable_cores()))
         with ThreadPoolExecutor(workers, thread_name_prefix="cpp-variants") as pool:
             results = list(pool.map(self._build_unit, self._units))
         built = {name: lib for libraries, _ in results for name, lib in libraries.items()}

@@ -50,6 +50,7 @@ import torch
 
 from torchkiln import counters, logs
 
+from ..host import usable_cores
 from . import triton_binaries
 from .triton_compile_worker import read_frame, timed_compile, write_frame
 
@@ -185,20 +186,13 @@ def _compiling_processes() -> int:
     else one per usable core, at most :data:`MAX_WORKERS`."""
     text = os.environ.get(WORKERS_ENV, "").strip()
     if not text:
-        return min(MAX_WORKERS, _usable_cores())
+        return min(MAX_WORKERS, usable_cores())
     if not text.isdigit() or int(text) < 1:
         raise ValueError(
             f"${WORKERS_ENV} must be a whole number of processes, 1 or more (1: compile in "
             f"this process alone), got {text!r}"
         )
     return int(text)
-
-
-def _usable_cores() -> int:
-    """The cores this process may run on (a container's or ``taskset``'s share)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _stop(why: str) -> None:

@@ -1,7 +1,9 @@
 """The on-disk compile cache: reuse across processes, atomic writes, damaged entries."""
 
+import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -83,6 +85,51 @@ def test_compiler_error_is_a_backend_failure(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
     with pytest.raises(BackendCompilerFailed, match="C\\+\\+ compilation failed"):
         cpp_build.load_library(f"this is not C++ {uuid.uuid4()}", "O1")
+
+
+def _kernels_source(count: int, salt: str, broken: int | None = None) -> str:
+    """A prelude and ``count`` kernels ``kiln_k{i}`` (out = x * i + the prelude's constant) of
+    about 1000 characters each; kernel ``broken`` does not compile."""
+    prelude = f"// {salt}\ninline float kiln_offset() {{ return 0.5f; }}\n\n"
+    padding = "\n".join(f"    // line {j} of the kernel's body" for j in range(30))
+    kernels = [
+        f'extern "C" void kiln_k{i}(const float* x, float* out) {{\n{padding}\n'
+        f"    out[0] = x[0] * {i} + kiln_offset(){' +' if i == broken else ''};\n}}\n"
+        for i in range(count)
+    ]
+    return prelude + "\n".join(kernels)
+
+
+def test_a_large_source_compiles_in_parts_into_one_library(tmp_path, monkeypatch):
+    """Kernels beyond a part's worth of source are dealt into translation units compiled at
+    once, each with the prelude, and linked into the one library their source names."""
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_build, "usable_cores", lambda: 3)
+    source = _kernels_source(24, str(uuid.uuid4()))
+    parts = cpp_build._parts(source)
+    assert len(parts) == 3
+    assert sorted(k for part in parts for k in re.findall(r"kiln_k\d+", part)) == sorted(
+        f"kiln_k{i}" for i in range(24)
+    )
+    assert all(part.startswith(source[: source.index('extern "C"')]) for part in parts)
+    lib = cpp_build.load_library(source, "O1")
+    x, out = ctypes.c_float(2.0), ctypes.c_float()
+    for i in (0, 7, 23):
+        getattr(lib, f"kiln_k{i}")(ctypes.byref(x), ctypes.byref(out))
+        assert out.value == 2.0 * i + 0.5
+    monkeypatch.setattr(cpp_build, "usable_cores", lambda: 1)
+    assert cpp_build._parts(source) == [source]  # one core: one compiler run
+
+
+def test_a_part_that_does_not_compile_is_a_backend_failure(tmp_path, monkeypatch):
+    from torchkiln.exc import BackendCompilerFailed
+
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_build, "usable_cores", lambda: 2)
+    source = _kernels_source(24, str(uuid.uuid4()), broken=5)
+    assert len(cpp_build._parts(source)) == 2
+    with pytest.raises(BackendCompilerFailed, match="C\\+\\+ compilation failed"):
+        cpp_build.load_library(source, "O1")
 
 
 MODEL_SCRIPT = textwrap.dedent(

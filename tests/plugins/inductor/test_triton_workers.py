@@ -222,10 +222,10 @@ def test_the_workers_target_comes_from_a_driver_set_up_else_from_torch(monkeypat
 
 
 def test_the_number_of_compiling_processes_comes_from_the_environment(monkeypatch):
-    monkeypatch.setattr(triton_workers, "_usable_cores", lambda: 64)
+    monkeypatch.setattr(triton_workers, "usable_cores", lambda: 64)
     monkeypatch.delenv(triton_workers.WORKERS_ENV, raising=False)
     assert triton_workers._compiling_processes() == triton_workers.MAX_WORKERS
-    monkeypatch.setattr(triton_workers, "_usable_cores", lambda: 4)
+    monkeypatch.setattr(triton_workers, "usable_cores", lambda: 4)
     assert triton_workers._compiling_processes() == 4
     monkeypatch.setenv(triton_workers.WORKERS_ENV, "24")  # more than the cores: as asked
     assert triton_workers._compiling_processes() == 24
