@@ -280,6 +280,9 @@ class OpenVINOGraph:
         ]
         #: per model input, the dtype it was compiled for (booleans are taken as bytes)
         self.input_dtypes = [DTYPES[port.get_element_type()] for port in compiled.inputs]
+        #: the model's outputs, counted once: ``compiled.outputs`` makes a port object per
+        #: output on every read (50-120 us a call in a training step of the zoo's models)
+        self.num_outputs = len(compiled.outputs)
         self._local = threading.local()
 
     def request(self) -> ov.InferRequest:
@@ -324,7 +327,7 @@ class OpenVINOGraph:
             if bound[i] != address:
                 request.set_input_tensor(i, shared(source.detach()))
                 bound[i] = address
-        outputs: list = [None] * len(self.compiled.outputs)
+        outputs: list = [None] * self.num_outputs
         for j, (i, shape, dtype) in enumerate(self.computed):
             if buffers[j] is None or _references(buffers[j]) != UNREFERENCED:
                 buffers[j] = torch.empty(shape, dtype=dtype)
