@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import importlib.util
 import inspect
 import operator
 import sys
@@ -614,13 +615,35 @@ class Translator:
         self.delete_attr(self.pop(), inst.argval)
 
     def IMPORT_NAME(self, inst: dis.Instruction) -> None:
-        self.popn(2)
-        module = sys.modules.get(inst.argval)
+        """``__import__(name, fromlist=..., level=...)`` of a module already imported: the
+        named module itself when names are imported from it, else its top-level package."""
+        level, fromlist = (value.as_python_constant() for value in self.popn(2))
+        name = self._absolute_module_name(inst.argval, level)
+        module = sys.modules.get(name)
         if module is None:
-            raise Unsupported(f"importing {inst.argval} (not imported yet)")
-        imported = sys.modules[inst.argval.partition(".")[0]] if "." in inst.argval else module
+            raise Unsupported(f"importing {name} (not imported yet)")
+        if fromlist:
+            # a package's missing names may be submodules that __import__ would import
+            missing = [n for n in fromlist if n != "*" and not hasattr(module, n)]
+            if missing and hasattr(module, "__path__"):
+                raise Unsupported(f"from {name} import {', '.join(missing)} (not imported yet)")
+            imported = module
+        else:
+            imported = sys.modules[name.partition(".")[0]]
         # a source, so that what is read from the module is guarded like a global
         self.push(V.PythonModuleVariable(imported, self.output.guards.bind(imported, "mod")))
+
+    def _absolute_module_name(self, name: str, level: int) -> str:
+        """``name`` imported ``level`` packages up from the frame's own package."""
+        if level == 0:
+            return name
+        package = self.f_globals.get("__package__")
+        if not package:
+            raise Unsupported(f"relative import of {name!r} outside a known package")
+        try:
+            return importlib.util.resolve_name("." * level + name, package)
+        except ImportError as e:
+            raise Unsupported(f"relative import of {name!r}: {e}") from None
 
     def IMPORT_FROM(self, inst: dis.Instruction) -> None:
         self.push(self.getattr(self.stack[-1], inst.argval))
