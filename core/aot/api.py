@@ -239,7 +239,8 @@ class _AOTCompiled:
         mode, fakes = fake_mode_and_inputs(list(args), self.gm)
         gm = self.gm if self.graph_pass is None else self.graph_pass(self.gm, fakes)
         meta = analyze(gm, fakes, mode)
-        if training and any(meta.computed_requires_grad):
+        # an input written with a value that requires grad needs the backward too (``h[i] = w``)
+        if training and any(meta.computed_requires_grad + meta.mutated_requires_grad):
             try:
                 joint = trace_joint(gm, meta, fakes, mode, self.decompositions)
             except (DynamicOutputShapeException, DataDependentOutputException) as e:

@@ -243,6 +243,29 @@ def test_mutating_an_input_with_a_value_that_requires_grad_is_tracked_by_autogra
     torch.testing.assert_close(x.grad, 2 * x.detach() + 1)
 
 
+def put_rows(h, rows, index):
+    h.index_put_((index,), rows)  # h[index] = rows
+    return h
+
+
+def test_a_graph_whose_only_output_is_an_input_written_with_grad_computes_gradients() -> None:
+    """``hidden[mask] = embed`` returning ``hidden``: no computed output requires grad, yet
+    the new value does (it ran as an inference graph, and the gradients went astray)."""
+    x, rows = torch.randn(4, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
+    x_eager, rows_eager = (t.detach().clone().requires_grad_() for t in (x, rows))
+    index = torch.tensor([2, 0])
+    h, h_eager = x * 1.0, x_eager * 1.0
+    compiled, _ = _compile(put_rows, [h, rows, index])
+    out, expected = compiled(h, rows, index), put_rows(h_eager, rows_eager, index)
+    assert out is h
+    weights = torch.randn(4, 3)
+    (out * weights).sum().backward()
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, x_eager.grad)
+    torch.testing.assert_close(rows.grad, rows_eager.grad)
+
+
 def add_constant(x):
     return x + torch.arange(3.0)
 
