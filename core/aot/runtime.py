@@ -91,11 +91,18 @@ class TrainingPlan:
     ahead: BackwardAhead | None = field(default=None, repr=False)
     #: The forward-output positions that get no tangent (every call marks them).
     non_differentiable: tuple[int, ...] = field(init=False, repr=False)
+    #: The forward-output positions whose views ``_share_storage`` makes again (see there).
+    shared: frozenset[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         differentiable = set(self.differentiable)
         self.non_differentiable = tuple(
             k for k in range(self.num_fwd_outputs) if k not in differentiable
+        )
+        first = len(self.meta.mutated_inputs)
+        position = {index: first + k for k, index in enumerate(self.meta.computed_outputs)}
+        self.shared = frozenset(
+            position[index] for group in self.meta.shared_outputs for index, *_ in group.members
         )
 
     def runner(self, kind: str, compiled: Callable) -> Callable:
@@ -226,6 +233,9 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, plan: TrainingPlan, *args: torch.Tensor) -> tuple:
         outputs = plan.runner("forward", plan.forward)(*args)
         fw_outs, saved = outputs[: plan.num_fwd_outputs], outputs[plan.num_fwd_outputs :]
+        fw_outs = [
+            _not_a_view(out) if k not in plan.shared else out for k, out in enumerate(fw_outs)
+        ]
         if plan.meta.mutated_inputs:
             mutated = {id(args[i]) for i in plan.meta.mutated_inputs}
             saved = [s.clone() if id(s) in mutated else s for s in saved]
@@ -271,6 +281,16 @@ class CompiledFunction(torch.autograd.Function):
         if double_backward:
             grads = _error_on_double_backward(grads)
         return (None, *grads)
+
+
+def _not_a_view(out: Any) -> Any:
+    """``out``, or where it is a view (of an intermediate: outputs aliasing inputs are made
+    outside), a tensor sharing its memory that autograd takes for no view. A view made inside
+    a custom ``Function`` may not be written in place (``y[mask] = 0`` after the call fails);
+    eager's output is a view of a tensor no one else can reach, which may. The memory's
+    version counter stays shared, so a write to a value the backward saved still fails in
+    the backward, as in eager."""
+    return out.detach() if isinstance(out, torch.Tensor) and out._is_view() else out
 
 
 def _call_backward(compiled: Callable, args: list) -> Sequence:

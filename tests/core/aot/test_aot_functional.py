@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
@@ -179,6 +180,40 @@ def test_gradient_flows_through_an_output_aliasing_an_input() -> None:
     flat, doubled = compiled(x)
     (flat.sum() + doubled.sum()).backward()
     torch.testing.assert_close(x.grad, torch.full((2, 3), 3.0))
+
+
+def transposed_product(x, w):
+    return (x @ w).t()
+
+
+def test_an_output_viewing_an_intermediate_can_be_written_in_place() -> None:
+    """As in eager (``hidden[mask] = embed`` after the call in wav2vec2's training)."""
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    x_eager, w_eager = (t.detach().clone().requires_grad_() for t in (x, w))
+    compiled, _ = _compile(transposed_product, [x, w])
+    mask, weights = torch.rand(5, 3) > 0.5, torch.randn(5, 3)
+    out, expected = compiled(x, w), transposed_product(x_eager, w_eager)
+    for y in (out, expected):
+        y[mask] = 0.0
+        (y * weights).sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, x_eager.grad)
+    torch.testing.assert_close(w.grad, w_eager.grad)
+
+
+def transposed_product_and_square(x, w):
+    y = x @ w
+    return y.t(), y * y  # the square's backward reads y
+
+
+def test_writing_a_value_the_backward_reads_fails_in_the_backward_as_in_eager() -> None:
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    compiled, _ = _compile(transposed_product_and_square, [x, w])
+    for fn in (compiled, transposed_product_and_square):
+        view, square = fn(x, w)
+        view.zero_()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            square.sum().backward()
 
 
 def identity_and_sin(x):
