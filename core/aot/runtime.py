@@ -91,18 +91,19 @@ class TrainingPlan:
     ahead: BackwardAhead | None = field(default=None, repr=False)
     #: The forward-output positions that get no tangent (every call marks them).
     non_differentiable: tuple[int, ...] = field(init=False, repr=False)
-    #: The forward-output positions whose views ``_share_storage`` makes again (see there).
-    shared: frozenset[int] = field(init=False, repr=False)
+    #: The forward-output positions of the computed outputs that share storage with no other
+    #: output: one of them that is a view is handed out as no view (``_not_a_view``).
+    lone_outputs: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         differentiable = set(self.differentiable)
         self.non_differentiable = tuple(
             k for k in range(self.num_fwd_outputs) if k not in differentiable
         )
+        shared = {index for group in self.meta.shared_outputs for index, *_ in group.members}
         first = len(self.meta.mutated_inputs)
-        position = {index: first + k for k, index in enumerate(self.meta.computed_outputs)}
-        self.shared = frozenset(
-            position[index] for group in self.meta.shared_outputs for index, *_ in group.members
+        self.lone_outputs = tuple(
+            first + k for k, index in enumerate(self.meta.computed_outputs) if index not in shared
         )
 
     def runner(self, kind: str, compiled: Callable) -> Callable:
@@ -233,9 +234,9 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, plan: TrainingPlan, *args: torch.Tensor) -> tuple:
         outputs = plan.runner("forward", plan.forward)(*args)
         fw_outs, saved = outputs[: plan.num_fwd_outputs], outputs[plan.num_fwd_outputs :]
-        fw_outs = [
-            _not_a_view(out) if k not in plan.shared else out for k, out in enumerate(fw_outs)
-        ]
+        fw_outs = list(fw_outs)
+        for k in plan.lone_outputs:
+            fw_outs[k] = _not_a_view(fw_outs[k])
         if plan.meta.mutated_inputs:
             mutated = {id(args[i]) for i in plan.meta.mutated_inputs}
             saved = [s.clone() if id(s) in mutated else s for s in saved]
