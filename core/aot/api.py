@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensor,
 )
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
@@ -248,6 +249,13 @@ class _AOTCompiled:
                     "a graph's backward needs %s, whose output depends on the data: the graph "
                     "runs as captured (uncompiled) when it computes gradients",
                     getattr(e, "func", e),
+                )
+                return meta, RUN_AS_CAPTURED
+            except GuardOnDataDependentSymNode as e:  # a custom op's backward branching on .item()
+                logs.log.warning(
+                    "a graph's backward branches on a value that depends on the data (%s): the "
+                    "graph runs as captured (uncompiled) when it computes gradients",
+                    str(e).splitlines()[0],
                 )
                 return meta, RUN_AS_CAPTURED
             _log_graph("joint graph", joint.gm)
