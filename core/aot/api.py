@@ -17,6 +17,7 @@ cache (:mod:`torchkiln.aot.cache`), so another process skips the tracing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,6 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensor,
 )
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from torchkiln import logs, runtime_wrappers
 from torchkiln.aot.analysis import GraphMeta, analyze
@@ -94,6 +94,14 @@ def _plan_key(args: Sequence, grad_enabled: bool) -> tuple[tuple[bool, ...] | No
         if True in pattern:
             return pattern, constants
     return None, constants
+
+
+def _guards_on_data(e: Exception) -> bool:
+    """Whether ``e`` is a guard on a value read from a tensor. Only symbolic sizes raise it,
+    so torch's symbolic-shapes module (and sympy) is loaded then: not imported here, as a
+    process that loads its plans from the cache never needs it."""
+    shapes = sys.modules.get("torch.fx.experimental.symbolic_shapes")
+    return shapes is not None and isinstance(e, shapes.GuardOnDataDependentSymNode)
 
 
 def _any_requires_grad(args: Sequence) -> bool:
@@ -251,7 +259,9 @@ class _AOTCompiled:
                     getattr(e, "func", e),
                 )
                 return meta, RUN_AS_CAPTURED
-            except GuardOnDataDependentSymNode as e:  # a custom op's backward branching on .item()
+            except Exception as e:
+                if not _guards_on_data(e):  # a custom op's backward branching on .item()
+                    raise
                 logs.log.warning(
                     "a graph's backward branches on a value that depends on the data (%s): the "
                     "graph runs as captured (uncompiled) when it computes gradients",
