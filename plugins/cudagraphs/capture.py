@@ -7,7 +7,9 @@ recorded (CPU tensors, a synchronizing op), it runs the function as it is and sa
 why once. Each recording (:class:`Recording`) goes through three calls:
 
 1. warm-up: the function runs eagerly (lazy initialisation, autotuning, allocator
-   pools), the address of every input is noted, and the inputs it writes to;
+   pools), the address of every input is noted, and the inputs it writes to; where an
+   input moved since the warm-up before, the next call warms up again (up to
+   ``WARM_UPS`` calls: see :meth:`Recording.warms_up_again`);
 2. record: inputs still at the same address (parameters, buffers) and outputs of the
    model's recorded graphs (the saved values of a recorded forward) are *static*: the
    graph reads them in place, never copied; every other input gets a buffer of its own.
@@ -16,7 +18,8 @@ why once. Each recording (:class:`Recording`) goes through three calls:
    model's shared :class:`~torchkiln_cudagraphs.pool.GraphPool`, then replayed;
 3. replay: the non-static inputs are copied into their buffers, the graph replays,
    inputs the function writes to get the new values, and the outputs are handed out
-   by the pool, which poisons them once a later replay overwrites them. A static
+   by the pool, which poisons them once a later replay overwrites them (a backward
+   whose replay would overwrite gradients still in use runs eagerly instead). A static
    input found at a new address is copied from then on, and the graph recorded again.
 
 Random ops draw from torch's CUDA generator, which every replay advances (new
@@ -47,6 +50,8 @@ log = logging.getLogger("torchkiln.cudagraphs")
 #: Recordings one runner keeps (one per input signature: dynamic shapes record each
 #: size they meet); calls with a new signature beyond this run without CUDA graphs.
 MAX_RECORDINGS = 8
+#: Most warm-up calls of one recording (see :meth:`Recording.warms_up_again`).
+WARM_UPS = 2
 
 
 def why_not_capturable(args: Sequence[Any]) -> str | None:
@@ -74,6 +79,12 @@ def signature(args: Sequence[Any]) -> tuple:
 KEEPS_SAVED = (
     "the backward keeps its graph (retain_graph=True or create_graph=True), and its CUDA "
     "graph overwrites the values the forward saved once it has read them"
+)
+
+
+OUTPUTS_ALIVE = (
+    "the gradients its last replay handed out are still in use (a second backward through "
+    "one step, retain_graph=True), and a replay would overwrite them"
 )
 
 
@@ -164,6 +175,7 @@ class Recording:
         self.device = device
         self.pool: GraphPool | None = None
         self.warm_addresses: list[int] | None = None
+        self.warm_ups = 0
         #: Inputs copied into buffers of their own on every call (the others are read in place).
         self.copied: set[int] = set()
         #: Inputs the function writes to (seen in the warm-up through their version counters).
@@ -202,13 +214,28 @@ class Recording:
         """The replay of a call ``accepts`` let through."""
         if self.runner.kind == "backward" and self.frees_saved and _keeps_graph():
             return self.runner.run_eagerly(args, KEEPS_SAVED)
+        if self._would_overwrite_gradients():
+            return self.runner.run_eagerly(args, OUTPUTS_ALIVE)
         return self._replay(args)
+
+    def _would_overwrite_gradients(self) -> bool:
+        """Whether a replay or a new recording of this backward would overwrite gradients
+        that an earlier replay handed out and autograd still keeps as .grad, unseen by the
+        caller (a forward's outputs are the caller's: poisoned, the error says to clone).
+        A backward recorded by a pass that kept its graph may run twice in one step."""
+        return (
+            self.runner.kind == "backward"
+            and self.graph is not None
+            and self.pool.holds_live_gradients_from(self.order)
+        )
 
     def __call__(self, args: list) -> Any:
         if self.eager_reason is not None:
             return self.runner.run_eagerly(args, self.eager_reason)
-        if self.warm_addresses is None:
+        if self.warm_addresses is None or self.warms_up_again(args):
             return self._warm_up(args)
+        if self._would_overwrite_gradients():
+            return self.runner.run_eagerly(args, OUTPUTS_ALIVE)
         # a backward that keeps its graph (retain_graph, create_graph) keeps the saved values
         keeps_saved = self.runner.kind == "backward" and _keeps_graph()
         if self.graph is None or self._static_input_moved(args):
@@ -220,7 +247,29 @@ class Recording:
             return self.runner.run_eagerly(args, KEEPS_SAVED)
         return self._replay(args)
 
+    def warms_up_again(self, args: Sequence[Any]) -> bool:
+        """Whether this call warms up once more instead of recording: a tensor input that is
+        no output of a recorded graph moved since the last warm-up, and fewer than
+        :data:`WARM_UPS` ran.
+
+        A training loop's first steps allocate differently from the later ones (the
+        optimizer's state appears, eager warm-ups allocate what replays do not), so the
+        loss's gradient, the backward's input, may land in another block each step
+        until then. Where it settles by the recording (nanoGPT on the H200), the graph
+        reads it in place; where it still moves then (the chain and the MLP), it is
+        copied."""
+        if self.graph is not None or self.warm_ups >= WARM_UPS:
+            return False
+        model, index = self.runner.model, self.device.index
+        return any(
+            isinstance(arg, torch.Tensor)
+            and arg.data_ptr() != address
+            and model.source_of(index, arg) is None
+            for arg, address in zip(args, self.warm_addresses)
+        )
+
     def _warm_up(self, args: list) -> Any:
+        self.warm_ups += 1
         self.warm_addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in args]
         # weakly: the call may free an input after its last use (``run_boxed``)
         versions = {
@@ -317,6 +366,10 @@ class Recording:
         self.frees_saved = self.frees_saved or bool(self.reuses)
         self.graph = graph
         self.order = pool.new_order(graph)
+        log.info(
+            "cudagraphs: recorded a %s graph after %d warm-up(s); inputs copied on each call: %s",
+            kind, self.warm_ups, sorted(self.copied) or "none",
+        )  # fmt: skip
 
     def release(self, handed_out: Any, alias: torch.Tensor) -> torch.Tensor:
         """The static output ``alias`` is (handed out as ``handed_out``), for a backward's
@@ -333,7 +386,10 @@ class Recording:
             return alias
         ptr = static.untyped_storage().data_ptr()
         if any(
-            j != k and isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr
+            j != k
+            and j not in self.input_views
+            and isinstance(t, torch.Tensor)
+            and t.untyped_storage().data_ptr() == ptr
             for j, t in enumerate(self.static_outputs)
         ):
             return alias
@@ -357,8 +413,13 @@ class Recording:
             found = input_storages.get(out.untyped_storage().data_ptr())
             if found is not None and args[found[0]].stride() == found[1]:
                 self.input_views[k] = (found[0], out.storage_offset() - found[2])
+                # its layout alone: the tensor is the caller's (an output of another graph,
+                # say), which this recording must neither keep alive nor read once poisoned
+                self.static_outputs[k] = torch.empty_strided(
+                    out.shape, out.stride(), dtype=out.dtype, device="meta"
+                )
 
-    def _replay(self, args: Sequence[Any]) -> Any:
+    def _replay(self, args: list) -> Any:
         assert self.graph is not None and self.outputs_spec is not None
         for i, buffer in self.buffers.items():
             buffer.copy_(args[i])

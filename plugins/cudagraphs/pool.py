@@ -92,6 +92,16 @@ class GraphPool:
         """Poison the live outputs of graphs numbered ``order`` or more: a replay will reuse them."""
         self._poison_where(lambda out: out.order >= order)
 
+    def holds_live_gradients_from(self, order: int) -> bool:
+        """Whether an output of a backward graph numbered ``order`` or more is still alive:
+        a replay of graph ``order`` would overwrite (poison) it."""
+        for out in self.handed_out:
+            if out.order >= order and not out.storage.expired():
+                recording = out.recording()
+                if recording is not None and recording.runner.kind == "backward":
+                    return True
+        return False
+
     def overwrite_released(self, released: frozenset[tuple[int, int]]) -> None:
         """Poison the live handed-out copies of the released outputs a replay may overwrite
         (``reused_released``). Other outputs at those blocks are safe: a graph recorded

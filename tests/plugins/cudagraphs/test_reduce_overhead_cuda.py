@@ -239,7 +239,7 @@ def test_training_graphs_share_one_pool_so_peak_memory_stays_near_eager():
     for p in reference.parameters():
         p.grad = None
     compiled = torchkiln.compile(model, backend="aot_eager", mode="reduce-overhead")
-    for _ in range(2):  # warm-up, record
+    for _ in range(3):  # warm-ups (until the loss's gradient settles at one block), record
         train(compiled)()
     kiln = _peak_reserved(train(compiled), 3)
     assert kiln <= 1.2 * eager, (

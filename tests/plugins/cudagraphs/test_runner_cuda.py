@@ -58,6 +58,42 @@ def test_inputs_at_stable_addresses_are_read_in_place():
     assert only_recording(runner).order == recording.order  # not recorded again
 
 
+def test_an_input_that_settles_at_one_address_after_the_first_call_is_read_in_place():
+    """As the backward's input of a training loop does: made anew by eager ops each step,
+    in the same block of the allocator from the second step on."""
+    w = torch.randn(8, 4, device="cuda")
+    first, settled = _fresh_inputs(2)
+    runner = runner_of(linear_relu)
+    runner(first, w)  # warm-up
+    runner(settled, w)  # moved since: warm-up again
+    torch.testing.assert_close(runner(settled, w), linear_relu(settled, w))  # recorded
+    recording = only_recording(runner)
+    assert recording.graph is not None and recording.copied == set()
+    assert recording.warm_ups == capture.WARM_UPS
+    settled.copy_(torch.randn(5, 8, device="cuda"))  # new values at the same address
+    torch.testing.assert_close(runner(settled, w), linear_relu(settled, w))
+    assert only_recording(runner).order == recording.order  # replayed, not recorded again
+
+
+def test_a_backward_replay_that_would_overwrite_live_gradients_runs_eagerly(caplog):
+    """A backward recorded by a pass that kept its graph may run twice in one step: the
+    first pass's gradients, which autograd keeps as .grad, must not be overwritten."""
+    x, w = torch.randn(5, 8, device="cuda"), torch.randn(8, 4, device="cuda")
+    expected = linear_relu(x, w)[0]
+    runner = CudaGraphRunner(linear_relu, CudaGraphs(), "backward")
+    runner(x, w)  # warm-up
+    (first,) = runner(x, w)  # recorded, replayed
+    with caplog.at_level("WARNING", logger="torchkiln.cudagraphs"):
+        (second,) = runner(x, w)
+    torch.testing.assert_close(first, expected)  # readable: not poisoned
+    torch.testing.assert_close(second, expected)
+    assert "gradients its last replay handed out are still in use" in caplog.text
+    del first, second
+    (third,) = runner(x, w)
+    torch.testing.assert_close(third, expected)
+    assert only_recording(runner).graph is not None
+
+
 def test_static_input_at_a_new_address_is_copied_and_recorded_again():
     w, other_w = torch.randn(8, 4, device="cuda"), torch.randn(8, 4, device="cuda")
     xs = _fresh_inputs(4)
