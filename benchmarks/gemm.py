@@ -2,10 +2,12 @@
 
     python -m benchmarks.gemm                       # 4096^3 and the zoo's matmul shapes, bf16
     python -m benchmarks.gemm --shapes 4096x4096x4096 --torch-all
+    python -m benchmarks.gemm --epilogues gelu,gelu_tanh,relu
 
 The max-autotune issue asks two things of large bf16 matmuls: a plain product at 95% of
-cuBLAS's throughput or more, and a product with a fused epilogue (bias and GELU here) faster
-than cuBLAS plus a separate epilogue kernel, which is what eager runs. For every shape
+cuBLAS's throughput or more, and a product with a fused epilogue (bias and an activation:
+GELU unless ``--epilogues``) faster than cuBLAS plus a separate epilogue kernel, which is
+what eager runs. For every shape
 (``MxNxK``: an ``M x K`` input times a ``K x N`` weight), this times in one process, on the
 same inputs, each call replayed from a CUDA graph (Triton's ``do_bench_cudagraph``, median):
 the host's cost of a call (guards, a wrapper) is not a matmul's, and a small product's kernel
@@ -72,8 +74,22 @@ def plain(a, w):
     return torch.mm(a, w)
 
 
-def with_epilogue(a, w, bias):
-    return F.gelu(torch.addmm(bias, a, w))
+#: the pointwise functions applied to ``addmm``'s product (``--epilogues``)
+EPILOGUES = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+def with_epilogue(activation: str) -> Callable:
+    """``activation(a @ w + bias)``, eager's ``addmm`` then the activation's kernel."""
+    act = EPILOGUES[activation]
+
+    def mm_bias_activation(a, w, bias):
+        return act(torch.addmm(bias, a, w))
+
+    return mm_bias_activation
 
 
 def bench_us(fn: Callable[[], object]) -> float:
@@ -94,8 +110,10 @@ def compiled(compile_fn: Callable, fn: Callable, args: tuple) -> tuple[Callable,
     return compiled_fn, first_s, error
 
 
-def measure(shape: tuple[int, int, int], dtype: torch.dtype, with_torch: bool) -> list[str]:
-    """One line per form (plain, epilogue) of ``shape``."""
+def measure(
+    shape: tuple[int, int, int], dtype: torch.dtype, with_torch: bool, epilogues: list[str]
+) -> list[str]:
+    """One line per form (plain, then ``addmm`` with each of ``epilogues``) of ``shape``."""
     import torchkiln
 
     m, n, k = shape
@@ -107,10 +125,12 @@ def measure(shape: tuple[int, int, int], dtype: torch.dtype, with_torch: bool) -
     if with_torch:
         compilers["torch"] = lambda f: torch.compile(f, mode="max-autotune-no-cudagraphs")
     lines = []
-    for form, fn, args in (("mm", plain, (a, w)), ("mm+bias+gelu", with_epilogue, (a, w, bias))):
+    forms = [("mm", plain, (a, w))]
+    forms += [(f"mm+bias+{e}", with_epilogue(e), (a, w, bias)) for e in epilogues]
+    for form, fn, args in forms:
         eager_us = bench_us(lambda fn=fn, args=args: fn(*args))
         cells = [
-            f"{form:13s} {m}x{n}x{k:<6d} cublas {eager_us:8.1f}us {tflop / eager_us * 1e6:6.0f}TF/s"
+            f"{form:18s} {m}x{n}x{k:<6d} cublas {eager_us:8.1f}us {tflop / eager_us * 1e6:6.0f}TF/s"
         ]
         for name, compile_fn in compilers.items():
             torch.compiler.reset()
@@ -132,16 +152,27 @@ def main() -> None:
     parser.add_argument(
         "--torch-all", action="store_true", help="torch.compile max-autotune on every shape"
     )
+    parser.add_argument(
+        "--epilogues",
+        default="gelu",
+        help=f"comma list of activations after addmm, of {', '.join(EPILOGUES)} (default gelu)",
+    )
     args = parser.parse_args()
+    epilogues = args.epilogues.split(",")
+    unknown = set(epilogues) - set(EPILOGUES)
+    if unknown:
+        parser.error(f"unknown epilogues {sorted(unknown)}; known: {', '.join(EPILOGUES)}")
     dtype = getattr(torch, args.dtype)
     if args.shapes:
         shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
     else:
         shapes = [SQUARE, *sorted(zoo_shapes(torch.device("cuda"), dtype) - {SQUARE})]
     print(f"{torch.cuda.get_device_name()}, {dtype}, torch {torch.__version__}")
-    print("cublas: torch.mm, or addmm + gelu (eager); x% of cublas: cublas time / this time")
+    print(
+        "cublas: torch.mm, or addmm + the activation (eager); x% of cublas: cublas time / this time"
+    )
     for shape in shapes:
-        for line in measure(shape, dtype, args.torch_all or shape == SQUARE):
+        for line in measure(shape, dtype, args.torch_all or shape == SQUARE, epilogues):
             print(line, flush=True)
 
 
