@@ -3,6 +3,7 @@ eager, in inference and in a training step?
 
     python -m benchmarks.architectures                          # every architecture, inductor
     python -m benchmarks.architectures --models bart,wav2vec2 --backend aot_eager
+    python -m benchmarks.architectures --dynamic                # symbolic sizes from the start
 
 Each architecture is built from a tiny config with random weights (nothing is downloaded;
 dropout, drop path and layer drop off) and runs in its own process (``--timeout`` seconds),
@@ -205,8 +206,9 @@ def _check_gradients(
             )
 
 
-def check(name: str, backend: str) -> dict:
-    """Compile one architecture and compare it with eager: its result row."""
+def check(name: str, backend: str, dynamic: bool = False) -> dict:
+    """Compile one architecture (``dynamic``: with symbolic sizes) and compare it with
+    eager: its result row."""
     import torchkiln
 
     model, make_inputs = build(name)
@@ -215,7 +217,7 @@ def check(name: str, backend: str) -> dict:
     try:
         model.eval()
         eager, exact = copy.deepcopy(model), copy.deepcopy(model).double()
-        compiled = torchkiln.compile(model, backend=backend)
+        compiled = torchkiln.compile(model, backend=backend, dynamic=dynamic or None)
         inputs = make_inputs()
         with torch.no_grad():
             torch.testing.assert_close(
@@ -252,9 +254,9 @@ def _row(name: str, note: str = "") -> dict:
     return {"model": name, "inference": "-", "training": "-", "note": note}
 
 
-def _run_child(name: str, backend: str, timeout: float) -> dict:
+def _run_child(name: str, backend: str, dynamic: bool, timeout: float) -> dict:
     command = [sys.executable, "-m", "benchmarks.architectures", "--child", name]
-    command += ["--backend", backend]
+    command += ["--backend", backend, *(["--dynamic"] if dynamic else [])]
     try:
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -269,22 +271,26 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="all", help="comma-separated names, or all")
     p.add_argument("--backend", default="inductor")
+    p.add_argument(
+        "--dynamic", action="store_true", help="compile with dynamic=True (symbolic sizes)"
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per architecture")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.child:
-        print(json.dumps(check(args.child, args.backend)), flush=True)
+        print(json.dumps(check(args.child, args.backend, args.dynamic)), flush=True)
         return
     names = list(ARCHITECTURES) if args.models == "all" else args.models.split(",")
     unknown = [n for n in names if n not in ARCHITECTURES]
     if unknown:
         p.error(f"unknown architectures {unknown}; known: {', '.join(ARCHITECTURES)}")
     env_note = f"torch {torch.__version__}, backend {args.backend}, one thread, CPU"
+    env_note += ", dynamic=True" if args.dynamic else ""
     rows = []
     for name in names:
-        rows.append(_run_child(name, args.backend, args.timeout))
+        rows.append(_run_child(name, args.backend, args.dynamic, args.timeout))
         print(f"{name}: {rows[-1]['inference']} / {rows[-1]['training']}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
