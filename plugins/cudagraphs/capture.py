@@ -222,9 +222,12 @@ class Recording:
         """Whether a replay or a new recording of this backward would overwrite gradients
         that an earlier replay handed out and autograd still keeps as .grad, unseen by the
         caller (a forward's outputs are the caller's: poisoned, the error says to clone).
-        A backward recorded by a pass that kept its graph may run twice in one step."""
+        Only a backward that keeps the saved values (recorded by a pass that kept its
+        graph) can run twice in one step: one that frees them runs eagerly in a pass that
+        keeps the graph, and autograd allows no pass after one that does not."""
         return (
             self.runner.kind == "backward"
+            and not self.frees_saved
             and self.graph is not None
             and self.pool.holds_live_gradients_from(self.order)
         )
