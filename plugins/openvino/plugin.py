@@ -25,8 +25,9 @@ OPTIONS = (
     Option(
         "precision",
         "f32",
-        "OpenVINO's inference precision: 'f32' matches eager; 'bf16' and 'f16' are faster "
-        "where the CPU has them, at their precision",
+        "OpenVINO's inference precision: 'f32' matches eager on float32 graphs (float16 "
+        "and bfloat16 ones round otherwise than eager: see the plugin's README); 'bf16' and "
+        "'f16' are faster where the CPU has them, at their precision",
         type=str,
         choices=("f32", "bf16", "f16"),
     ),
