@@ -1,5 +1,6 @@
 """Where the backward's inputs that no graph made (the loss's gradient) land, call by call,
 under kiln:cudagraphs; which inputs each recording copies. Argument: a model."""
+
 import logging
 import sys
 
@@ -24,7 +25,8 @@ def call_boxed(self, args):
             [
                 (i, hex(a.data_ptr() % 2**36))
                 for i, a in enumerate(args)
-                if isinstance(a, torch.Tensor) and self.model.source_of(index, a) is None
+                if isinstance(a, torch.Tensor)
+                and self.model.source_of(index, a) is None
                 and not isinstance(a, torch.nn.Parameter)
             ]
         )
