@@ -422,7 +422,7 @@ class Recording:
                     out.shape, out.stride(), dtype=out.dtype, device="meta"
                 )
 
-    def _replay(self, args: list) -> Any:
+    def _replay(self, args: Sequence[Any]) -> Any:
         assert self.graph is not None and self.outputs_spec is not None
         for i, buffer in self.buffers.items():
             buffer.copy_(args[i])
