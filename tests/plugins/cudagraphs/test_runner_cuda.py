@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 from cudagraphs_checks import requires_cuda
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from torchkiln_cudagraphs import capture
 from torchkiln_cudagraphs.capture import CudaGraphRunner, Recording
@@ -73,6 +74,27 @@ def test_an_input_that_settles_at_one_address_after_the_first_call_is_read_in_pl
     settled.copy_(torch.randn(5, 8, device="cuda"))  # new values at the same address
     torch.testing.assert_close(runner(settled, w), linear_relu(settled, w))
     assert only_recording(runner).order == recording.order  # replayed, not recorded again
+
+
+def test_a_recording_keeps_only_the_layout_of_an_input_an_output_is_a_view_of():
+    """That input is the caller's, here another graph's output, which that graph's next
+    replay poisons: the recording neither keeps it alive nor reads it again."""
+    model = CudaGraphs()
+    first = CudaGraphRunner(lambda x: (x * 2,), model, "forward")
+    second = CudaGraphRunner(lambda h: (h[1:], h.sin()), model, "forward")
+    x = torch.randn(4, 8, device="cuda")
+    second(*first(x))  # warm-ups
+    (h,) = first(x)  # recorded
+    view, _ = second(h)  # recorded: its input is first's output, read in place
+    assert 0 in only_recording(second).input_views
+    torch.testing.assert_close(view, h[1:])
+    held = StorageWeakRef(h.untyped_storage())
+    del h, view
+    assert held.expired()
+    (h,) = first(x)  # replayed
+    view, sine = second(h)
+    torch.testing.assert_close(view, (x * 2)[1:])
+    torch.testing.assert_close(sine, (x * 2).sin())
 
 
 def test_a_backward_replay_that_would_overwrite_live_gradients_runs_eagerly(caplog):
