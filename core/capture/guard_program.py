@@ -26,8 +26,8 @@ STEP_ARG, STEP_CONST, STEP_ATTR, STEP_ITEM, STEP_CALL, STEP_TYPE = range(6)
 #: What a check tests (``native_guards.cpp``: ``Op``).
 (
     OP_TYPE_IS, OP_IS, OP_ID_EQ, OP_EQ, OP_NOT_IN, OP_LEN_EQ, OP_FALSY, OP_LIST_EQ, OP_TENSOR,
-    OP_TRUTHY, OP_IS_NODE, OP_SIGN,
-) = range(12)  # fmt: skip
+    OP_TRUTHY, OP_IS_NODE, OP_SIGN, OP_DATA_PTR,
+) = range(13)  # fmt: skip
 
 _NAME = r"[A-Za-z_]\w*"
 _STEPS = rf"(?:\.{_NAME}|\[(?:'[^'\\]*'|\"[^\"\\]*\"|-?\d+)\]|\(\))*"

@@ -47,6 +47,7 @@ enum Op : long {
   kTruthy = 9,    // bool(v)
   kIsNode = 10,   // v is the value of node `number`
   kSign = 11,     // math.copysign(1.0, v) == operand (a float)
+  kDataPtr = 12,  // v is a tensor whose data starts at the operand (an address)
 };
 
 struct Spec {
@@ -72,7 +73,7 @@ struct Check {
   PyObject* operand;  // owned, or null
   Py_ssize_t number;  // kLenEq's length, kIsNode's node
   double sign;        // kSign's
-  void* address;      // kIdEq's id
+  void* address;      // kIdEq's id, kDataPtr's address
   Spec spec;          // kTensor's
 };
 
@@ -138,6 +139,19 @@ bool tensor_matches(PyObject* obj, const Spec& s) {
         (!s.check_strides || t.strides() == c10::IntArrayRef(s.strides));
   } catch (const std::exception&) {
     return false;  // where the Python checks would raise: the guard fails
+  }
+}
+
+// Whether obj is a tensor whose data starts at address (False where data_ptr() would raise:
+// no storage, or one whose data access raises, as torch's CUDA graphs poison a storage).
+bool data_at(PyObject* obj, void* address) {
+  if (!THPVariable_Check(obj)) {
+    return false;
+  }
+  try {
+    return THPVariable_Unpack(obj).const_data_ptr() == address;
+  } catch (const std::exception&) {
+    return false;
   }
 }
 
@@ -231,6 +245,8 @@ int holds(const Program& p, std::vector<PyObject*>& values, PyObject* const* arg
       }
       return std::copysign(1.0, d) == c.sign;
     }
+    case kDataPtr:
+      return data_at(v, c.address);
   }
   return 0;
 }
@@ -345,7 +361,7 @@ bool parse_check(PyObject* item, size_t nodes, Check& c) {
   if (PyErr_Occurred()) {
     return false;
   }
-  if (node < 0 || node >= (long)nodes || c.op < kTypeIs || c.op > kSign) {
+  if (node < 0 || node >= (long)nodes || c.op < kTypeIs || c.op > kDataPtr) {
     PyErr_SetString(PyExc_ValueError, "a check tests a node with a known op");
     return false;
   }
@@ -358,7 +374,7 @@ bool parse_check(PyObject* item, size_t nodes, Check& c) {
   if (c.op == kTensor) {
     return parse_spec(operand, c.spec);
   }
-  if (c.op == kIdEq) {
+  if (c.op == kIdEq || c.op == kDataPtr) {
     c.address = PyLong_AsVoidPtr(operand);
     return !PyErr_Occurred();
   }

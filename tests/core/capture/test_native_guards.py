@@ -110,6 +110,35 @@ def test_a_program_takes_its_arguments_in_order_and_refuses_bad_specs():
         checks.guard_program(1, [(-1, STEP_ARG, 0)], [(0, 99, None)])
 
 
+def layout(t: torch.Tensor) -> tuple:
+    return (t.dtype, t.device, t.requires_grad, tuple(t.shape), t.stride())
+
+
+def test_tensors_check_compares_layouts_and_the_addresses_it_is_given():
+    weight, x = torch.nn.Parameter(torch.randn(4, 4)), torch.randn(3)
+    check = native.tensors_check([(0, layout(weight), weight.data_ptr()), (2, layout(x), None)])
+    assert check([weight, "anything", x])
+    assert check([weight, 1, torch.randn(3)])  # no address given for position 2: any tensor
+    moved = torch.nn.Parameter(weight.detach().clone())
+    assert not check([moved, 1, x])
+    # at the same address: another layout (the transpose of a square), another dtype
+    assert weight.detach().t().data_ptr() == weight.data_ptr()
+    assert not check([weight.detach().t().requires_grad_(), 1, x])
+    half = torch.randn(4, 4, dtype=torch.float16)
+    assert not native.tensors_check([(0, layout(half), half.data_ptr())])(
+        [half.view(torch.bfloat16)]
+    )
+    assert not check([weight, 1, x.view(3, 1)])
+    assert not check([weight, 1])  # a missing item
+    assert not check([1.0, 1, x])  # not a tensor
+    assert not check([weight, 1, x.to_sparse()])
+
+
+def test_tensors_check_is_none_without_the_module(monkeypatch):
+    monkeypatch.setattr(config, "native_guards", False)
+    assert native.tensors_check([(0, layout(BASE), None)]) is None
+
+
 def scale_and_shift(x, w, b):
     return x @ w + b
 

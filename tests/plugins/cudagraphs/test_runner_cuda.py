@@ -116,6 +116,26 @@ def test_a_backward_replay_that_would_overwrite_live_gradients_runs_eagerly(capl
     assert only_recording(runner).graph is not None
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["tensors_check", "python"])
+def test_a_static_input_seen_at_its_address_in_another_layout_is_not_replayed_as_recorded(
+    native, monkeypatch
+):
+    """The transpose of a square weight starts at its address: the fast check compares
+    layouts too, not only addresses (in C++, and in Python where that is not built)."""
+    if not native:
+        monkeypatch.setattr(capture, "tensors_check", lambda expected: None)
+    w = torch.randn(8, 8, device="cuda")
+    xs = _fresh_inputs(4)
+    runner = runner_of(linear_relu)
+    for x in xs[:3]:
+        runner(x, w)
+    assert (only_recording(runner).expected.native is not None) == native
+    torch.testing.assert_close(runner(xs[3], w.t()), linear_relu(xs[3], w.t()))
+    torch.testing.assert_close(runner(xs[3], w), linear_relu(xs[3], w))
+    half = w.half()
+    torch.testing.assert_close(runner(xs[3].half(), half), linear_relu(xs[3].half(), half))
+
+
 def test_static_input_at_a_new_address_is_copied_and_recorded_again():
     w, other_w = torch.randn(8, 4, device="cuda"), torch.randn(8, 4, device="cuda")
     xs = _fresh_inputs(4)
