@@ -245,3 +245,38 @@ def test_training_graphs_share_one_pool_so_peak_memory_stays_near_eager():
     assert kiln <= 1.2 * eager, (
         f"peak reserved {kiln / 2**20:.0f} MiB, eager {eager / 2**20:.0f} MiB"
     )
+
+
+def test_peak_memory_from_the_first_step_stays_near_eager_when_the_gradient_moves():
+    """The loss's gradient lands at another address in each step here (a training loop's
+    first steps allocate differently), so the backward warms up twice before its recording.
+    Its forward, recorded first, would hold every saved value through that eager backward,
+    while eager frees them as it goes: with a wide first layer (large gradients at the end
+    of the backward) the step's peak exceeded eager's (ResNet-18 training +26% on the
+    H200). Peak allocated memory from the first step on, warm-ups and recordings included."""
+    wide = [nn.Linear(512, 16384), nn.GELU(), nn.Linear(16384, 512)]
+    narrow = [
+        nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512), nn.GELU())
+        for _ in range(8)
+    ]
+    model = nn.Sequential(*wide, *narrow).cuda()
+    x = torch.randn(4096, 512, device="cuda")
+
+    def peak_allocated(m) -> int:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        spacers = []
+        for _ in range(4):  # warm-ups, recordings, a replay
+            m.zero_grad(set_to_none=True)
+            out = m(x)
+            spacers.append(torch.empty(2**18, device="cuda"))  # the gradient moves
+            out.backward(torch.ones_like(out))
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+
+    eager = peak_allocated(model)
+    compiled = torchkiln.compile(model, backend="aot_eager", mode="reduce-overhead")
+    kiln = peak_allocated(compiled)
+    assert kiln <= 1.1 * eager, (
+        f"peak allocated {kiln / 2**20:.0f} MiB, eager {eager / 2**20:.0f} MiB"
+    )

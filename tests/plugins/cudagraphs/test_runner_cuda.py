@@ -83,7 +83,8 @@ def test_a_recording_keeps_only_the_layout_of_an_input_an_output_is_a_view_of():
     first = CudaGraphRunner(lambda x: (x * 2,), model, "forward")
     second = CudaGraphRunner(lambda h: (h[1:], h.sin()), model, "forward")
     x = torch.randn(4, 8, device="cuda")
-    second(*first(x))  # warm-ups
+    for _ in range(capture.WARM_UPS):
+        second(*first(x))  # warm-ups (a training step's graphs warm up WARM_UPS times)
     (h,) = first(x)  # recorded
     view, _ = second(h)  # recorded: its input is first's output, read in place
     assert 0 in only_recording(second).input_views
@@ -103,7 +104,8 @@ def test_a_backward_replay_that_would_overwrite_live_gradients_runs_eagerly(capl
     x, w = torch.randn(5, 8, device="cuda"), torch.randn(8, 4, device="cuda")
     expected = linear_relu(x, w)[0]
     runner = CudaGraphRunner(linear_relu, CudaGraphs(), "backward")
-    runner(x, w)  # warm-up
+    for _ in range(capture.WARM_UPS):
+        runner(x, w)  # warm-ups (a training step's graphs warm up WARM_UPS times)
     (first,) = runner(x, w)  # recorded, replayed
     with caplog.at_level("WARNING", logger="torchkiln.cudagraphs"):
         (second,) = runner(x, w)
