@@ -485,16 +485,14 @@ class _Expected:
         if len(args) != self.count:
             return False
         others = self.others(args)
-        if [type(v) for v in others] != [type(v) for v in self.values] or list(
-            others
-        ) != self.values:
+        same_types = [type(v) for v in others] == [type(v) for v in self.values]
+        if not same_types or list(others) != self.values:  # 1 == 1.0 == True: types first
             return False
         if self.native is not None and isinstance(args, list):
             return self.native(args)
         try:
-            return [t.data_ptr() for t in self.static(args)] == self.addresses and [
-                _layout(t) for t in self.tensors(args)
-            ] == self.layouts
+            moved = [t.data_ptr() for t in self.static(args)] != self.addresses
+            return not moved and [_layout(t) for t in self.tensors(args)] == self.layouts
         except (AttributeError, RuntimeError):  # not a tensor, or a poisoned one: the slow path
             return False
 
